@@ -1,0 +1,3 @@
+from loadkit.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,243 @@
+"""Command line: `loadkit validate | run | serve`. The only place that maps errors to exit codes.
+
+Exit codes: 0 success, 1 the run itself failed, 2 bad input or unusable target, 130 / 143
+interrupted by SIGINT / SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from loadkit.errors import LoadkitError, ScenarioError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+EXIT_SIGINT, EXIT_SIGTERM = 130, 143
+
+
+def _err(message: str) -> None:
+    print(f"loadkit: {message}", file=sys.stderr)
+
+
+def _default_out(name: str) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("reports") / f"{stamp}-{name}"
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from loadkit.plan import build_plan
+    from loadkit.scenario import check_against_models, load_scenario
+
+    scenario = load_scenario(args.scenario)
+    address = args.target or scenario.target.grpc
+    if address:
+        from loadkit.control.server import ServerControl
+
+        with ServerControl(address, scenario.target) as control:
+            control.wait_live(timeout_s=5)
+            infos = {m: control.model_info(m) for m in scenario.models}
+        problems = check_against_models(scenario, infos)
+        if problems:
+            raise ScenarioError(problems)
+        checked = f"checked against the models on {address}"
+    else:
+        checked = "checked offline (no server given; use --target to check model metadata)"
+    print(f"{args.scenario}: OK, {checked}")
+    print(build_plan(scenario).describe())
+    return EXIT_OK
+
+
+def _progress_line(run: Any, last: dict[str, Any]) -> str:
+    st = run.conductor.status()
+    now = time.monotonic()
+    window = st["window"]
+    rate = ""
+    if window is not None:
+        count = sum(window.successes(n) * b for n, b in run.drive.batch_sizes.items())
+        if last.get("window") is window:
+            dt = now - last["t"]
+            rate = f"  {(count - last['count']) / dt:8.1f} infer/s" if dt > 0 else ""
+        merged = window.merged()
+        if merged.get_total_count():
+            rate += f"  p99 {merged.get_value_at_percentile(99) / 1000:.2f} ms"
+        last.update(window=window, t=now, count=count)
+    if not st["phase"]:
+        return f"[{st['stage']}]"
+    total = len(run.plan.phases[[p.name for p in run.plan.phases].index(st["phase"])].steps)
+    return (f"[{st['phase']} step {st['step'] + 1}/{total} concurrency {st['concurrency']}] "
+            f"{st['stage']} {st['elapsed_s']:.0f}s, {st['remaining_s']:.0f}s left{rate}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import loadkit.drive  # noqa: F401  (gevent patching and grpc's gevent mode, first)
+
+    import gevent
+    from locust.env import Environment
+
+    from loadkit.control.server import ServerControl
+    from loadkit.drive.shape import LoadkitShape
+    from loadkit.drive.users import TritonUser
+    from loadkit.run import Run
+    from loadkit.scenario import check_against_models, load_scenario
+    from loadkit.server import EmbeddedServer
+
+    scenario = load_scenario(args.scenario)
+    out_dir = Path(args.out) if args.out else _default_out(scenario.name)
+    address = args.target or scenario.target.grpc
+    server = None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(filename=out_dir / "loadkit.log", level=logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    try:
+        if address is None:
+            print(f"starting the embedded Triton for models {', '.join(scenario.models)} ...",
+                  file=sys.stderr)
+            server = EmbeddedServer(models=scenario.models, log_path=out_dir / "tritonserver.log")
+            server.start()
+            address = server.grpc_address
+            print(f"embedded Triton ready: grpc {address}, metrics {server.metrics_url}",
+                  file=sys.stderr)
+        control = ServerControl(address, scenario.target)
+        try:
+            control.wait_live(timeout_s=10)
+            infos = {m: control.model_info(m) for m in scenario.models}
+            problems = check_against_models(scenario, infos)
+            if problems:
+                raise ScenarioError(problems)
+            run = Run(scenario, address, control, out_dir, embedded=server is not None,
+                      seed=args.seed)
+            print(run.plan.describe(), file=sys.stderr)
+            code = _drive(run, Environment, TritonUser, LoadkitShape, gevent, args.quiet)
+        finally:
+            control.close()
+    finally:
+        if server is not None:
+            server.stop()
+    print(run.last_report and _summary(out_dir))
+    print(f"report: {out_dir}")
+    return code
+
+
+def _summary(out_dir: Path) -> str:
+    return (out_dir / "summary.md").read_text()
+
+
+def _drive(run: Any, environment_cls: Any, user_cls: Any, shape_cls: Any, gevent: Any,
+           quiet: bool) -> int:
+    env = environment_cls(user_classes=[user_cls], shape_class=shape_cls(), stop_timeout=5)
+    run.attach(env)
+    runner = env.create_local_runner()
+    handlers = [
+        gevent.signal_handler(signal.SIGINT, run.conductor.abort, "interrupted by SIGINT", EXIT_SIGINT),
+        gevent.signal_handler(signal.SIGTERM, run.conductor.abort, "interrupted by SIGTERM", EXIT_SIGTERM),
+    ]
+    progress = None
+    if not quiet:
+        def report_progress() -> None:
+            last: dict[str, Any] = {}
+            while not run.conductor.finished.is_set():
+                print(_progress_line(run, last), file=sys.stderr, flush=True)
+                run.conductor.finished.wait(2.0)
+
+        progress = gevent.spawn(report_progress)
+    try:
+        runner.start_shape()
+        run.conductor.finished.wait()
+    finally:
+        runner.quit()
+        if runner.greenlet is not None:
+            runner.greenlet.join(timeout=10)
+        if progress is not None:
+            progress.kill(block=False)
+        run.drive.close_transport()
+        for h in handlers:
+            h.cancel()
+    code = run.conductor.exit_code
+    if code == 0 and run.result.status != "complete":
+        code = EXIT_FAILED
+    return code
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from loadkit.server import EmbeddedServer
+
+    models = tuple(args.models or [p.name for p in sorted(Path(args.model_repository).iterdir())
+                                   if (p / "config.pbtxt").exists()])
+    server = EmbeddedServer(model_repository=Path(args.model_repository).resolve(), models=models,
+                            host=args.host, grpc_port=args.grpc_port, http_port=args.http_port,
+                            metrics_port=args.metrics_port,
+                            log_path=Path(args.log).resolve() if args.log else None)
+    stop = {"signal": 0}
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop["signal"] = signum
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    server.start()
+    try:
+        print(f"Triton ready with models: {', '.join(models)}")
+        print(f"  grpc    {server.grpc_address}")
+        print(f"  http    {server.http_address}")
+        print(f"  metrics {server.metrics_url}")
+        print(f"  log     {server.log_path}")
+        print("Ctrl-C to stop.", flush=True)
+        while not stop["signal"]:
+            if server.process is not None and server.process.poll() is not None:
+                _err(f"tritonserver exited with code {server.process.returncode}")
+                return EXIT_FAILED
+            time.sleep(0.2)
+    finally:
+        server.stop()
+    return EXIT_SIGINT if stop["signal"] == signal.SIGINT else EXIT_SIGTERM
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="loadkit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    v = sub.add_parser("validate", help="validate a scenario and print its plan")
+    v.add_argument("scenario")
+    v.add_argument("--target", help="HOST:PORT of a Triton gRPC endpoint to check models against")
+    v.set_defaults(func=cmd_validate)
+    r = sub.add_parser("run", help="run a scenario headless and write a report")
+    r.add_argument("scenario")
+    r.add_argument("--target", help="HOST:PORT of a Triton gRPC endpoint (default: embedded)")
+    r.add_argument("--out", help="report folder (default reports/<UTC timestamp>-<name>/)")
+    r.add_argument("--seed", type=int, default=0, help="seed for the request mix (default 0)")
+    r.add_argument("--quiet", action="store_true", help="no progress lines")
+    r.set_defaults(func=cmd_run)
+    s = sub.add_parser("serve", help="run the embedded Triton in the foreground")
+    s.add_argument("--model-repository", default=str(Path(__file__).resolve().parent.parent / "model_repository"))
+    s.add_argument("--models", nargs="*", help="models to load (default: all in the repository)")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; anything else exposes the server)")
+    s.add_argument("--grpc-port", type=int, default=8001)
+    s.add_argument("--http-port", type=int, default=8000)
+    s.add_argument("--metrics-port", type=int, default=8002)
+    s.add_argument("--log", help="server log file (default: a temp folder)")
+    s.set_defaults(func=cmd_serve)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ScenarioError as exc:
+        for problem in exc.problems:
+            print(problem, file=sys.stderr)
+        n = len(exc.problems)
+        _err(f"{n} problem{'s' if n != 1 else ''} found; nothing was sent")
+        return exc.exit_code
+    except LoadkitError as exc:
+        _err(str(exc))
+        return exc.exit_code
+    except KeyboardInterrupt:
+        _err("interrupted")
+        return EXIT_SIGINT

@@ -1,0 +1,1 @@
+"""Control: talk to Triton's control plane (metadata, model configs, statistics, metrics)."""

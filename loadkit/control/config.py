@@ -1,0 +1,130 @@
+"""Model-config overlays: check field names against Triton's own ModelConfig schema, and merge.
+
+The schema is the protobuf descriptor shipped in tritonclient (model_config_pb2), so a misspelt
+field is caught before anything reaches the server, with the same names Triton uses in JSON.
+"""
+
+from __future__ import annotations
+
+import copy
+import difflib
+from typing import Any
+
+from google.protobuf.descriptor import Descriptor, FieldDescriptor
+from tritonclient.grpc import model_config_pb2
+
+Sub = tuple[str | int, ...]
+# Fields an overlay may not change: they define the model's identity and its tensors.
+FROZEN_FIELDS = ("name", "input", "output")
+
+
+def _is_map(field: FieldDescriptor) -> bool:
+    return field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry
+
+
+def _check(value: Any, desc: Descriptor, path: Sub, out: list[tuple[Sub, str]]) -> None:
+    if not isinstance(value, dict):
+        out.append((path, f"expected a mapping of {desc.name} fields; found {type(value).__name__}"))
+        return
+    names = [f.name for f in desc.fields]
+    for key, sub in value.items():
+        field = desc.fields_by_name.get(key)
+        if field is None:
+            close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            out.append(((*path, key), f"unknown {desc.name} field '{key}'{hint}"))
+            continue
+        _check_field(sub, field, (*path, key), out)
+
+
+def _check_field(value: Any, field: FieldDescriptor, path: Sub, out: list[tuple[Sub, str]]) -> None:
+    if _is_map(field):
+        if not isinstance(value, dict):
+            out.append((path, f"expected a mapping for '{field.name}'; found {type(value).__name__}"))
+            return
+        value_field = field.message_type.fields_by_name["value"]
+        for k, v in value.items():
+            if value_field.type == FieldDescriptor.TYPE_MESSAGE and isinstance(v, (str, int, float)):
+                continue  # shorthand: parameters {key: "value"} means {string_value: "value"}
+            _check_field(v, value_field, (*path, k), out)
+        return
+    if field.label == FieldDescriptor.LABEL_REPEATED:
+        if not isinstance(value, list):
+            out.append((path, f"expected a list for '{field.name}'; found {type(value).__name__}"))
+            return
+        for i, item in enumerate(value):
+            _check_single(item, field, (*path, i), out)
+        return
+    _check_single(value, field, path, out)
+
+
+def _check_single(value: Any, field: FieldDescriptor, path: Sub, out: list[tuple[Sub, str]]) -> None:
+    if field.type == FieldDescriptor.TYPE_MESSAGE:
+        _check(value, field.message_type, path, out)
+    elif field.type == FieldDescriptor.TYPE_ENUM:
+        names = [v.name for v in field.enum_type.values]
+        if value not in names:
+            out.append((path, f"expected one of {', '.join(names)}; found {value!r}"))
+    elif field.type == FieldDescriptor.TYPE_BOOL:
+        if not isinstance(value, bool):
+            out.append((path, f"expected true or false; found {value!r}"))
+    elif field.type == FieldDescriptor.TYPE_STRING:
+        if not isinstance(value, str):
+            out.append((path, f"expected a string; found {value!r}"))
+    elif field.type in (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE):
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            out.append((path, f"expected a number; found {value!r}"))
+    elif not isinstance(value, int) or isinstance(value, bool) or value < 0 and "uint" in str(field.type):
+        out.append((path, f"expected an integer; found {value!r}"))
+
+
+def check_overlay(overlay: Any) -> list[tuple[Sub, str]]:
+    """Every unknown or mistyped field of an overlay, as (sub-path, message)."""
+    out: list[tuple[Sub, str]] = []
+    _check(overlay, model_config_pb2.ModelConfig.DESCRIPTOR, (), out)
+    if isinstance(overlay, dict):
+        for name in FROZEN_FIELDS:
+            if name in overlay:
+                out.append(((name,), f"'{name}' cannot be changed by an overlay"))
+    return out
+
+
+def normalize(overlay: dict[str, Any]) -> dict[str, Any]:
+    """Expand shorthands: parameters {k: "v"} -> {k: {string_value: "v"}}."""
+    out = copy.deepcopy(overlay)
+    params = out.get("parameters")
+    if isinstance(params, dict):
+        out["parameters"] = {
+            k: v if isinstance(v, dict) else {"string_value": str(v)} for k, v in params.items()
+        }
+    return out
+
+
+def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
+    """Overlay onto a config: mappings merge key by key; lists and scalars are replaced."""
+    out = copy.deepcopy(base)
+    for key, value in normalize(overlay).items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "instance_group":
+            out[key] = merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def local_problems(config: dict[str, Any]) -> list[str]:
+    """Mistakes Triton would catch only at load time (or not at all), caught before sending."""
+    problems = []
+    mbs = int(config.get("max_batch_size", 0))
+    db = config.get("dynamic_batching")
+    if isinstance(db, dict):
+        if mbs == 0:
+            problems.append("dynamic_batching needs max_batch_size > 0")
+        for size in db.get("preferred_batch_size", []):
+            if mbs and int(size) > mbs:
+                problems.append(
+                    f"dynamic_batching.preferred_batch_size {size} is above max_batch_size {mbs}"
+                )
+    for group in config.get("instance_group", []):
+        if int(group.get("count", 1)) < 1:
+            problems.append(f"instance_group count must be >= 1; found {group.get('count')}")
+    return problems

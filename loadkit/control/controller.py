@@ -1,0 +1,96 @@
+"""The config controller: apply each phase's overlay, read back what the server runs, restore.
+
+Each phase's effective config is the model's config *before the run* (read from the server, so
+it works against remote servers too) with that phase's overlay merged on top; overlays do not
+accumulate from phase to phase. Every model touched is restored at the end, also on abort.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+from loadkit.control.config import local_problems, merge
+from loadkit.control.server import ModelCounters, ServerControl
+from loadkit.errors import ControlError
+from loadkit.plan import PhasePlan
+from loadkit.results import PhaseResult
+
+READY_TIMEOUT_S = 120.0
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def _explain(message: str) -> str:
+    if "explicit" in message.lower() or "polling" in message.lower():
+        return ("the server is not in explicit model-control mode (start tritonserver with "
+                f"--model-control-mode=explicit to let loadkit swap configs): {message}")
+    return message
+
+
+class Controller:
+    def __init__(
+        self, control: ServerControl, models: tuple[str, ...], events: list[dict[str, Any]]
+    ):
+        self.control = control
+        self.models = models
+        self.original: dict[str, dict[str, Any]] = {}
+        self.applied: dict[str, dict[str, Any]] = {}
+        self.events = events
+
+    def counters(self) -> dict[str, ModelCounters]:
+        return self.control.counters(self.models)
+
+    def _original(self, model: str) -> dict[str, Any]:
+        if model not in self.original:
+            self.original[model] = self.control.config(model)
+        return self.original[model]
+
+    def _load(self, model: str, config: dict[str, Any]) -> float:
+        t0 = time.monotonic()
+        try:
+            self.control.load(model, config)
+        except ControlError as exc:
+            raise ControlError(_explain(str(exc))) from None
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self.control.model_ready(model):
+            if time.monotonic() > deadline:
+                raise ControlError(f"model '{model}' was not ready {READY_TIMEOUT_S:.0f} s after load")
+            time.sleep(0.05)
+        return round(time.monotonic() - t0, 3)
+
+    def apply_phase(self, phase: PhasePlan, result: PhaseResult) -> None:
+        """Bring every touched model to original + this phase's overlay; mark failures."""
+        for model in set(self.applied) | set(phase.config):
+            overlay = phase.config.get(model, {})
+            if self.applied.get(model, {}) == overlay:
+                continue
+            desired = merge(self._original(model), overlay)
+            problems = local_problems(desired)
+            if problems:
+                result.status, result.reason = "failed", f"{model}: " + "; ".join(problems)
+                return
+            try:
+                result.reload_s[model] = self._load(model, desired)
+            except ControlError as exc:
+                result.status, result.reason = "failed", f"{model}: {exc}"
+                self.events.append({"at": _now(), "event": "config_rejected", "phase": phase.name,
+                                    "model": model, "detail": str(exc)})
+                # Triton keeps the last good config loaded; remember we are not on `overlay`.
+                self.applied.pop(model, None) if not overlay else None
+                return
+            self.applied[model] = overlay
+            self.events.append({"at": _now(), "event": "config_applied", "phase": phase.name,
+                                "model": model, "reload_s": result.reload_s[model]})
+        result.config = {m: self.control.config(m) for m in self.models}
+
+    def restore(self) -> None:
+        """Load every model we changed back to its config from before the run."""
+        for model in list(self.applied):
+            if self.applied[model]:
+                self._load(model, self.original[model])
+                self.events.append({"at": _now(), "event": "config_restored", "model": model})
+            del self.applied[model]

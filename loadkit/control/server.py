@@ -1,0 +1,177 @@
+"""The control plane of one Triton server: readiness, metadata, statistics, model control.
+
+Everything the drive stage must not do itself goes through here, over tritonclient's gRPC
+client. Per-step server truth is a diff of two statistics snapshots; Triton restarts a model's
+counters from zero when it is reloaded, so callers snapshot again after every config swap.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import tritonclient.grpc as tgrpc
+from tritonclient.utils import InferenceServerException
+
+from loadkit.errors import ControlError, TargetError
+from loadkit.scenario import ModelInfo, TargetSpec
+
+
+@dataclass(frozen=True)
+class ModelCounters:
+    """Cumulative counters of one model (all versions summed), as Triton reports them."""
+
+    success: int = 0
+    fail: int = 0
+    inference_count: int = 0
+    execution_count: int = 0
+    queue_ns: int = 0
+    compute_input_ns: int = 0
+    compute_infer_ns: int = 0
+    compute_output_ns: int = 0
+    batch_executions: dict[int, int] = field(default_factory=dict)
+
+
+def _counters(entries: list[dict[str, Any]]) -> ModelCounters:
+    vals: dict[str, int] = dict.fromkeys(
+        ("success", "fail", "inference_count", "execution_count", "queue_ns",
+         "compute_input_ns", "compute_infer_ns", "compute_output_ns"), 0)
+    batches: dict[int, int] = {}
+    for e in entries:
+        st = e.get("inference_stats", {})
+        vals["success"] += int(st.get("success", {}).get("count", 0))
+        vals["fail"] += int(st.get("fail", {}).get("count", 0))
+        vals["inference_count"] += int(e.get("inference_count", 0))
+        vals["execution_count"] += int(e.get("execution_count", 0))
+        for key in ("queue", "compute_input", "compute_infer", "compute_output"):
+            vals[f"{key}_ns"] += int(st.get(key, {}).get("ns", 0))
+        for b in e.get("batch_stats", []):
+            size = int(b.get("batch_size", 0))
+            batches[size] = batches.get(size, 0) + int(b.get("compute_infer", {}).get("count", 0))
+    return ModelCounters(**vals, batch_executions=batches)
+
+
+def diff_counters(before: ModelCounters, after: ModelCounters) -> dict[str, Any]:
+    """One step's server-side view: counts, average batch and per-request times in us."""
+    success = after.success - before.success
+    execs = after.execution_count - before.execution_count
+    infers = after.inference_count - before.inference_count
+
+    def per_request_us(name: str) -> float:
+        ns = getattr(after, name) - getattr(before, name)
+        return round(ns / success / 1000.0, 1) if success > 0 else 0.0
+
+    batch = {
+        str(size): n - before.batch_executions.get(size, 0)
+        for size, n in sorted(after.batch_executions.items())
+        if n - before.batch_executions.get(size, 0) > 0
+    }
+    return {
+        "success": success,
+        "fail": after.fail - before.fail,
+        "inference_count": infers,
+        "exec_count": execs,
+        "avg_batch": round(infers / execs, 3) if execs > 0 else 0.0,
+        "queue_us": per_request_us("queue_ns"),
+        "compute_input_us": per_request_us("compute_input_ns"),
+        "compute_infer_us": per_request_us("compute_infer_ns"),
+        "compute_output_us": per_request_us("compute_output_ns"),
+        "batch_executions": batch,
+    }
+
+
+def _tls_bytes(path: Any) -> bytes | None:
+    return path.read_bytes() if path is not None else None
+
+
+class ServerControl:
+    """A gRPC control client for one server; close() it when done (never leave it to __del__)."""
+
+    def __init__(self, address: str, target: TargetSpec | None = None):
+        self.address = address
+        target = target or TargetSpec()
+        kwargs: dict[str, Any] = {}
+        if target.tls is not None:
+            kwargs = {
+                "ssl": True,
+                "root_certificates": str(target.tls.root_certs) if target.tls.root_certs else None,
+                "private_key": str(target.tls.client_key) if target.tls.client_key else None,
+                "certificate_chain": str(target.tls.client_cert) if target.tls.client_cert else None,
+            }
+        self.headers = dict(target.headers) or None
+        self.client = tgrpc.InferenceServerClient(address, **kwargs)
+
+    def close(self) -> None:
+        self.client.close()
+
+    def __enter__(self) -> ServerControl:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def wait_live(self, timeout_s: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        last = ""
+        while time.monotonic() < deadline:
+            try:
+                if self.client.is_server_live(headers=self.headers, client_timeout=2):
+                    return
+            except InferenceServerException as exc:
+                last = str(exc)
+            time.sleep(0.2)
+        raise TargetError(f"Triton at {self.address} is not reachable over gRPC ({last or 'not live'})")
+
+    def model_info(self, name: str) -> ModelInfo | str:
+        """ModelInfo for a ready model, or the server's reason as a string."""
+        try:
+            if not self.client.is_model_ready(name, headers=self.headers, client_timeout=5):
+                return "it is not loaded (explicit model control: load it first, or use the embedded server)"
+            meta = self.client.get_model_metadata(name, headers=self.headers, as_json=True, client_timeout=5)
+            cfg = self.config(name)
+        except InferenceServerException as exc:
+            return exc.message() or str(exc)
+
+        def tensors(items: list[dict[str, Any]]) -> dict[str, tuple[str, tuple[int, ...]]]:
+            return {t["name"]: (t["datatype"], tuple(int(d) for d in t.get("shape", []))) for t in items}
+
+        return ModelInfo(name, int(cfg.get("max_batch_size", 0)),
+                         tensors(meta.get("inputs", [])), tensors(meta.get("outputs", [])))
+
+    def config(self, name: str) -> dict[str, Any]:
+        resp = self.client.get_model_config(name, headers=self.headers, as_json=True, client_timeout=10)
+        return dict(resp.get("config", resp))
+
+    def counters(self, models: tuple[str, ...]) -> dict[str, ModelCounters]:
+        out = {}
+        for name in models:
+            try:
+                stats = self.client.get_inference_statistics(
+                    name, headers=self.headers, as_json=True, client_timeout=10)
+            except InferenceServerException:
+                out[name] = ModelCounters()
+                continue
+            out[name] = _counters(stats.get("model_stats", []))
+        return out
+
+    def load(self, name: str, config: dict[str, Any] | None = None) -> None:
+        try:
+            self.client.load_model(name, headers=self.headers,
+                                   config=json.dumps(config) if config is not None else None,
+                                   client_timeout=300)
+        except InferenceServerException as exc:
+            raise ControlError(exc.message() or str(exc)) from None
+
+    def unload(self, name: str) -> None:
+        try:
+            self.client.unload_model(name, headers=self.headers, client_timeout=60)
+        except InferenceServerException as exc:
+            raise ControlError(exc.message() or str(exc)) from None
+
+    def model_ready(self, name: str) -> bool:
+        try:
+            return bool(self.client.is_model_ready(name, headers=self.headers, client_timeout=5))
+        except InferenceServerException:
+            return False

@@ -1,0 +1,210 @@
+"""The conductor walks the plan: config swap per phase, then warm-up and measured window per step.
+
+It is the only thing that decides when a step starts and ends. The Locust shape only reports its
+target user count to the runner. Around every measured window the gate is closed and drained,
+so the server's counters are snapshotted with nothing in flight: client counts then equal the
+server's success deltas exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import traceback
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import gevent
+from gevent.event import Event
+
+from loadkit.control.server import ModelCounters, diff_counters
+from loadkit.plan import Step
+from loadkit.record import StepWindow, latency_summary
+from loadkit.results import PhaseResult, StepResult
+
+if TYPE_CHECKING:
+    from loadkit.run import Run
+
+log = logging.getLogger("loadkit.conductor")
+SPAWN_WAIT_S = 30.0
+
+
+def utcnow() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+
+
+def build_step_result(
+    step: Step,
+    window: StepWindow,
+    before: dict[str, ModelCounters] | None,
+    after: dict[str, ModelCounters] | None,
+    started_at: str,
+    duration_s: float,
+    status: str,
+    batch_sizes: dict[str, int],
+) -> StepResult:
+    merged = window.merged()
+    requests = merged.get_total_count()
+    inferences = sum(window.successes(n) * b for n, b in batch_sizes.items())
+    errors: dict[str, int] = {}
+    for counter in window.errors.values():
+        for code, n in counter.items():
+            errors[code] = errors.get(code, 0) + n
+    client = {
+        name: {
+            "requests": window.successes(name),
+            "errors": sum(window.errors.get(name, {}).values()),
+            "latency_us": latency_summary(window.histograms[name]) if name in window.histograms else {},
+        }
+        for name in batch_sizes
+        if window.successes(name) or window.errors.get(name)
+    }
+    server: dict[str, Any] = {}
+    if before is not None and after is not None:
+        server = {m: diff_counters(before[m], after[m]) for m in after if m in before}
+    return StepResult(
+        phase=step.phase,
+        index=step.index,
+        load=step.load,
+        status=status,
+        started_at=started_at,
+        duration_s=round(duration_s, 4),
+        requests=requests,
+        inferences=inferences,
+        errors=errors,
+        throughput=round(inferences / duration_s, 2) if duration_s > 0 else 0.0,
+        requests_per_s=round(requests / duration_s, 2) if duration_s > 0 else 0.0,
+        latency_us=latency_summary(merged),
+        client=client,
+        server=server,
+        histograms=window.encoded(),
+        out_of_range=window.out_of_range,
+    )
+
+
+class Conductor:
+    def __init__(self, run: Run):
+        self.run = run
+        self.target: tuple[int, float] | None = (run.plan.steps[0].concurrency, 1000.0)
+        self.finished = Event()
+        self.current: Step | None = None
+        self.stage = "starting"
+        self.stage_started = time.monotonic()
+        self.stage_length_s = 0.0
+        self.aborted: str | None = None
+        self.exit_code = 0
+        self._wake = Event()
+        self.greenlet: gevent.Greenlet | None = None
+
+    def start(self) -> None:
+        if self.greenlet is None:
+            self.greenlet = gevent.spawn(self._main)
+
+    def abort(self, reason: str, exit_code: int) -> None:
+        if self.aborted is None:
+            self.aborted = reason
+            self.exit_code = exit_code
+        self._wake.set()
+
+    def _sleep(self, seconds: float) -> bool:
+        """Sleep unless aborted; True if the whole time passed."""
+        if self.aborted:
+            return False
+        self._wake.wait(seconds)
+        return not self.aborted
+
+    def _set_stage(self, stage: str, length_s: float) -> None:
+        self.stage = stage
+        self.stage_started = time.monotonic()
+        self.stage_length_s = length_s
+
+    def _main(self) -> None:
+        run = self.run
+        try:
+            for phase in run.plan.phases:
+                if self.aborted:
+                    break
+                pr = PhaseResult(phase.name)
+                run.result.phases.append(pr)
+                self._set_stage("configuring", 0)
+                run.controller.apply_phase(phase, pr)
+                run.save()
+                if pr.status in ("failed", "skipped"):
+                    continue
+                for step in phase.steps:
+                    self._run_step(step, pr)
+                    run.save()
+                    if self.aborted:
+                        pr.status = "partial"
+                        break
+            run.result.status = "interrupted" if self.aborted else "complete"
+            run.result.reason = self.aborted or ""
+        except Exception as exc:  # a bug or a lost server: keep what we have, say what happened
+            log.error("run aborted: %s\n%s", exc, traceback.format_exc())
+            run.result.status = "aborted"
+            run.result.reason = f"{type(exc).__name__}: {exc}"
+            self.exit_code = self.exit_code or 1
+        finally:
+            self.run.drive.close_gate(self.run.scenario.target.timeout_s + 1)
+            self.target = None
+            self.current = None
+            self._set_stage("restoring", 0)
+            try:
+                run.controller.restore()
+            except Exception as exc:
+                run.result.events.append({"at": utcnow(), "event": "restore_failed", "detail": str(exc)})
+            run.result.finished_at = utcnow()
+            run.save(final=True)
+            self.stage = "done"
+            self.finished.set()
+
+    def _wait_users(self, count: int) -> None:
+        runner = self.run.environment.runner
+        deadline = time.monotonic() + SPAWN_WAIT_S
+        while runner is not None and runner.user_count != count and time.monotonic() < deadline:
+            if not self._sleep(0.05):
+                return
+
+    def _run_step(self, step: Step, pr: PhaseResult) -> None:
+        run, ctx = self.run, self.run.drive
+        drain_s = run.scenario.target.timeout_s + 1
+        self.current = step
+        self.target = (step.concurrency, max(1000.0, step.concurrency * 100.0))
+        self._set_stage("spawning", 0)
+        self._wait_users(step.concurrency)
+        self._set_stage("warm-up", step.warmup_s)
+        ctx.open_gate()
+        if step.warmup_s > 0 and not self._sleep(step.warmup_s):
+            return
+        ctx.close_gate(drain_s)
+        before = run.controller.counters()
+        window = run.drive.recorder.open(step)
+        started_at = utcnow()
+        self._set_stage("measuring", step.duration_s)
+        t0 = time.monotonic()
+        ctx.open_gate()
+        completed = self._sleep(step.duration_s)
+        drained = ctx.close_gate(drain_s)
+        duration = time.monotonic() - t0
+        run.drive.recorder.close()
+        after = run.controller.counters()
+        if not drained:
+            run.result.events.append({"at": utcnow(), "event": "drain_timeout", "step": step.key,
+                                      "in_flight": ctx.inflight})
+        result = build_step_result(step, window, before, after, started_at, duration,
+                                   "ok" if completed and drained else "partial", ctx.batch_sizes)
+        pr.steps.append(result)
+
+    def status(self) -> dict[str, Any]:
+        step = self.current
+        elapsed = time.monotonic() - self.stage_started
+        window = self.run.drive.recorder.window
+        return {
+            "phase": step.phase if step else "",
+            "step": step.index if step else None,
+            "concurrency": step.concurrency if step else None,
+            "stage": self.stage,
+            "elapsed_s": elapsed,
+            "remaining_s": max(0.0, self.stage_length_s - elapsed),
+            "window": window,
+        }

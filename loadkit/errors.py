@@ -1,0 +1,46 @@
+"""One exceptions module: library code raises these, only the CLI maps them to exit codes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class LoadkitError(Exception):
+    """Base class; `exit_code` is what the CLI exits with."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a scenario, in the user's own terms."""
+
+    file: str
+    line: int | None
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = f"{self.file}:{self.line}" if self.line else self.file
+        key = f" {self.path}:" if self.path else ""
+        return f"{where}:{key} {self.message}"
+
+
+class ScenarioError(LoadkitError):
+    """The scenario is invalid; carries every problem found, not only the first."""
+
+    def __init__(self, problems: list[Problem]):
+        self.problems = problems
+        super().__init__("\n".join(str(p) for p in problems))
+
+
+class TargetError(LoadkitError):
+    """The target server cannot be used (unreachable, wrong mode, model missing)."""
+
+
+class ServerStartError(LoadkitError):
+    """The embedded Triton did not become ready; the message quotes its log tail."""
+
+
+class ControlError(LoadkitError):
+    """Triton refused a model-control request (load, unload, config)."""

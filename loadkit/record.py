@@ -1,0 +1,96 @@
+"""Record: every latency into an HDR histogram, in integer microseconds (1 us .. 60 s, 3 digits).
+
+One histogram per (step, request template), merged per step on demand. Errors are counted by
+gRPC status code and never recorded as latencies. Values outside the trackable range are counted,
+not silently dropped (hdrh's record_value returns False for them).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from hdrh.histogram import HdrHistogram
+
+from loadkit.plan import Step
+
+LOWEST_US = 1
+HIGHEST_US = 60_000_000
+SIGNIFICANT_DIGITS = 3
+PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+
+
+def new_histogram() -> HdrHistogram:
+    return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
+
+
+def encode(h: HdrHistogram) -> str:
+    """HdrHistogram's standard compressed base64 form, readable by every HDR implementation."""
+    return h.encode().decode("ascii")
+
+
+def decode(text: str) -> HdrHistogram:
+    return HdrHistogram.decode(text.encode("ascii"))
+
+
+def latency_summary(h: HdrHistogram) -> dict[str, float]:
+    """p50..p999, max and mean in microseconds; zeros when nothing was recorded."""
+    if h.get_total_count() == 0:
+        return {**{k: 0.0 for k in PERCENTILES}, "max": 0.0, "mean": 0.0}
+    out: dict[str, float] = {k: float(h.get_value_at_percentile(q)) for k, q in PERCENTILES.items()}
+    out["max"] = float(h.get_max_value())
+    out["mean"] = round(float(h.get_mean_value()), 1)
+    return out
+
+
+@dataclass
+class StepWindow:
+    """What one measured step collected on this process."""
+
+    step: Step
+    histograms: dict[str, HdrHistogram] = field(default_factory=dict)
+    errors: dict[str, Counter[str]] = field(default_factory=dict)
+    out_of_range: int = 0
+
+    def record(self, template: str, latency_us: int) -> None:
+        h = self.histograms.get(template)
+        if h is None:
+            h = self.histograms[template] = new_histogram()
+        if not h.record_value(max(latency_us, LOWEST_US)):
+            self.out_of_range += 1
+
+    def error(self, template: str, code: str) -> None:
+        self.errors.setdefault(template, Counter())[code] += 1
+
+    def merged(self) -> HdrHistogram:
+        total = new_histogram()
+        for h in self.histograms.values():
+            total.add(h)
+        return total
+
+    def successes(self, template: str | None = None) -> int:
+        if template is not None:
+            h = self.histograms.get(template)
+            return h.get_total_count() if h is not None else 0
+        return sum(h.get_total_count() for h in self.histograms.values())
+
+    def error_count(self) -> int:
+        return sum(sum(c.values()) for c in self.errors.values())
+
+    def encoded(self) -> dict[str, str]:
+        return {name: encode(h) for name, h in self.histograms.items()}
+
+
+class Recorder:
+    """Holds the window that requests sent now belong to; None between measured windows."""
+
+    def __init__(self) -> None:
+        self.window: StepWindow | None = None
+
+    def open(self, step: Step) -> StepWindow:
+        self.window = StepWindow(step)
+        return self.window
+
+    def close(self) -> StepWindow | None:
+        window, self.window = self.window, None
+        return window

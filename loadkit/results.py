@@ -1,0 +1,84 @@
+"""The results a run produces: small dataclasses that the report stage renders.
+
+Latencies are integer microseconds from HDR histograms; `throughput` is successful inferences
+(requests x batch size) per second, as perf_analyzer counts them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+@dataclass
+class StepResult:
+    phase: str
+    index: int
+    load: dict[str, Any]
+    status: str  # "ok" | "partial" (interrupted or the server went away)
+    started_at: str
+    duration_s: float
+    requests: int
+    inferences: int
+    errors: dict[str, int]
+    throughput: float
+    requests_per_s: float
+    latency_us: dict[str, float]
+    client: dict[str, dict[str, Any]]
+    server: dict[str, dict[str, Any]]
+    histograms: dict[str, str] = field(default_factory=dict)
+    out_of_range: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.pop("histograms")
+        return out
+
+
+@dataclass
+class PhaseResult:
+    name: str
+    status: str = "ok"  # ok | partial | failed | skipped
+    reason: str = ""
+    config: dict[str, Any] = field(default_factory=dict)
+    reload_s: dict[str, float] = field(default_factory=dict)
+    steps: list[StepResult] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "status": self.status,
+            "reason": self.reason,
+            "config": self.config,
+            "reload_s": self.reload_s,
+            "steps": [s.to_json() for s in self.steps],
+        }
+
+
+@dataclass
+class RunResult:
+    scenario_name: str
+    scenario: dict[str, Any]
+    target: str
+    embedded: bool
+    started_at: str
+    finished_at: str = ""
+    status: str = "running"  # running | complete | interrupted | aborted
+    reason: str = ""
+    phases: list[PhaseResult] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "format": "loadkit.results/1",
+            "scenario_name": self.scenario_name,
+            "scenario": self.scenario,
+            "target": self.target,
+            "embedded": self.embedded,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at,
+            "status": self.status,
+            "reason": self.reason,
+            "events": self.events,
+            "phases": [p.to_json() for p in self.phases],
+        }

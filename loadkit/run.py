@@ -1,0 +1,52 @@
+"""The Run: one object ties a run together (scenario, plan, drive state, controller, result).
+
+Created once per run and attached to Locust's Environment (as `environment.loadkit`), so the
+users, the shape and the conductor find it there instead of in module globals.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from loadkit.control.controller import Controller
+from loadkit.control.server import ServerControl
+from loadkit.drive.conductor import Conductor, utcnow
+from loadkit.drive.context import DriveContext
+from loadkit.plan import Plan, build_plan
+from loadkit.report import write_report
+from loadkit.results import RunResult
+from loadkit.scenario import Scenario
+
+
+class Run:
+    def __init__(
+        self,
+        scenario: Scenario,
+        address: str,
+        control: ServerControl,
+        out_dir: Path,
+        embedded: bool,
+        seed: int = 0,
+    ):
+        self.scenario = scenario
+        self.plan: Plan = build_plan(scenario)
+        self.address = address
+        self.out_dir = out_dir
+        self.drive = DriveContext(scenario, self.plan, address, seed)
+        self.result = RunResult(scenario.name, scenario.redacted(), address, embedded, utcnow())
+        self.controller = Controller(control, scenario.models, self.result.events)
+        self.conductor = Conductor(self)
+        self.environment: Any = None
+        self.last_report: dict[str, Any] = {}
+
+    def attach(self, environment: Any) -> None:
+        environment.loadkit = self
+        self.environment = environment
+        environment.events.test_stop.add_listener(self._on_test_stop)
+
+    def _on_test_stop(self, **_: Any) -> None:
+        self.drive.close_transport()
+
+    def save(self, final: bool = False) -> None:
+        self.last_report = write_report(self.out_dir, self.result)

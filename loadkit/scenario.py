@@ -1,0 +1,564 @@
+"""Scenario: parse the YAML file and validate it into frozen dataclasses.
+
+Validation is strict and exhaustive in the k6 manner: unknown keys are refused with a "did you
+mean", and every problem is collected (file:line, key path, what was found, what was expected)
+before one ScenarioError is raised. Nothing here talks to a server; `check_against_models` takes
+model metadata that the control stage fetched.
+"""
+
+from __future__ import annotations
+
+import difflib
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadkit.errors import Problem, ScenarioError
+from loadkit.yamlsource import KeyPath, Source, load_yaml
+
+DTYPES: dict[str, str] = {
+    "BOOL": "bool",
+    "INT8": "int8",
+    "INT16": "int16",
+    "INT32": "int32",
+    "INT64": "int64",
+    "UINT8": "uint8",
+    "UINT16": "uint16",
+    "UINT32": "uint32",
+    "UINT64": "uint64",
+    "FP16": "float16",
+    "FP32": "float32",
+    "FP64": "float64",
+}
+DATA_KINDS = ("random", "zeros", "ones", "constant", "file")
+MAX_CONCURRENCY = 10_000
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*(ms|s|m|h))+\s*$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)")
+_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    data: str = "random"
+    value: float | int | bool = 0
+    seed: int = 0
+    file: Path | None = None
+
+
+@dataclass(frozen=True)
+class RequestTemplate:
+    """One kind of request: model, version, batch size and how to fill each input."""
+
+    name: str
+    model: str
+    batch_size: int
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[str, ...] = ()
+    version: str = ""
+
+
+@dataclass(frozen=True)
+class TLSSpec:
+    root_certs: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Where load goes. `grpc=None` means the embedded server that loadkit starts itself."""
+
+    grpc: str | None = None
+    tls: TLSSpec | None = None
+    headers: tuple[tuple[str, str], ...] = ()
+    timeout_s: float = 10.0
+    secret_values: tuple[str, ...] = field(default=(), repr=False)
+
+
+@dataclass(frozen=True)
+class ConcurrencyLoad:
+    """Closed loop: N users, each sending its next request when the last one answered."""
+
+    levels: tuple[int, ...]
+    step_duration_s: float
+    warmup_s: float
+    spec: str
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    name: str
+    load: ConcurrencyLoad
+    config: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    path: Path
+    target: TargetSpec
+    requests: dict[str, RequestTemplate]
+    mix: dict[str, float]
+    think_time_s: float
+    phases: tuple[PhaseSpec, ...]
+    source: Source = field(repr=False, compare=False)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for t in self.requests.values():
+            seen.setdefault(t.model, None)
+        for phase in self.phases:
+            for model in phase.config:
+                seen.setdefault(model, None)
+        return tuple(seen)
+
+    def redacted(self) -> dict[str, Any]:
+        """The scenario as written, with secrets (resolved ${VAR} values) masked."""
+        return _redact(self.source.data, self.target.secret_values)
+
+
+def _redact(value: Any, secrets: tuple[str, ...]) -> Any:
+    if isinstance(value, dict):
+        return {k: _redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, secrets) for v in value]
+    if isinstance(value, str) and _ENV_REF.search(value):
+        return value  # the reference itself is not the secret
+    if isinstance(value, str) and any(s and s in value for s in secrets):
+        return "***"
+    return value
+
+
+def _type_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
+            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+
+
+def _found(value: Any) -> str:
+    text = repr(value)
+    if len(text) > 60:
+        text = text[:57] + "..."
+    return f"{_type_name(value)} {text}" if not isinstance(value, (dict, list)) else _type_name(
+        value
+    )
+
+
+class _Checker:
+    """Collects problems while walking the raw data; each helper returns None when invalid."""
+
+    def __init__(self, source: Source, base_dir: Path):
+        self.src = source
+        self.base_dir = base_dir
+        self.problems: list[Problem] = []
+        self.secrets: list[str] = []
+
+    def add(self, path: KeyPath, message: str) -> None:
+        self.problems.append(self.src.problem(path, message))
+
+    def mapping(
+        self, value: Any, path: KeyPath, allowed: tuple[str, ...], required: tuple[str, ...] = ()
+    ) -> dict[str, Any] | None:
+        if not isinstance(value, dict):
+            self.add(path, f"expected a mapping with keys {', '.join(allowed)}; found {_found(value)}")
+            return None
+        for key in value:
+            if key not in allowed:
+                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                self.add((*path, key), f"unknown key '{key}'{hint} (allowed: {', '.join(allowed)})")
+        for key in required:
+            if key not in value:
+                self.add(path, f"missing required key '{key}'")
+        return value
+
+    def string(self, value: Any, path: KeyPath, what: str = "a string") -> str | None:
+        if not isinstance(value, str) or not value.strip():
+            self.add(path, f"expected {what}; found {_found(value)}")
+            return None
+        return value
+
+    def integer(self, value: Any, path: KeyPath, minimum: int, maximum: int | None = None) -> int | None:
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.add(path, f"expected an integer >= {minimum}; found {_found(value)}")
+            return None
+        if value < minimum or (maximum is not None and value > maximum):
+            limit = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+            self.add(path, f"expected an integer {limit}; found {value}")
+            return None
+        return value
+
+    def number(self, value: Any, path: KeyPath, minimum: float, exclusive: bool) -> float | None:
+        op = ">" if exclusive else ">="
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            self.add(path, f"expected a number {op} {minimum:g}; found {_found(value)}")
+            return None
+        if value < minimum or (exclusive and value == minimum):
+            self.add(path, f"expected a number {op} {minimum:g}; found {value}")
+            return None
+        return float(value)
+
+    def duration(self, value: Any, path: KeyPath, allow_zero: bool) -> float | None:
+        """Seconds as a number, or a string such as '500ms', '10s', '2m', '1m30s'."""
+        expected = "a duration such as 10, '10s', '500ms' or '1m30s'"
+        if isinstance(value, bool):
+            self.add(path, f"expected {expected}; found {_found(value)}")
+            return None
+        if isinstance(value, (int, float)):
+            seconds = float(value)
+        elif isinstance(value, str) and _DURATION.match(value):
+            seconds = sum(float(n) * _UNIT_S[u] for n, u in _DURATION_PART.findall(value))
+        else:
+            self.add(path, f"expected {expected}; found {_found(value)}")
+            return None
+        if seconds < 0 or (seconds == 0 and not allow_zero):
+            self.add(path, f"expected a duration {'>= 0' if allow_zero else '> 0'}; found {value!r}")
+            return None
+        return seconds
+
+    def env(self, value: str, path: KeyPath) -> str:
+        def sub(m: re.Match[str]) -> str:
+            var = m.group(1)
+            if var not in os.environ:
+                self.add(path, f"environment variable {var} is not set (referenced as ${{{var}}})")
+                return ""
+            self.secrets.append(os.environ[var])
+            return os.environ[var]
+
+        return _ENV_REF.sub(sub, value)
+
+    def file(self, value: Any, path: KeyPath) -> Path | None:
+        name = self.string(value, path, "a file path")
+        if name is None:
+            return None
+        resolved = (self.base_dir / name).resolve()
+        if not resolved.is_file():
+            self.add(path, f"file not found: {name} (resolved to {resolved})")
+            return None
+        return resolved
+
+
+def parse_ramp(spec: Any) -> tuple[tuple[int, ...] | None, str | None]:
+    """'2:16:2' -> (2, 4, ..., 16); 8 -> (8,); [1, 4, 8] -> (1, 4, 8). Returns (levels, error)."""
+    expected = "an integer, a list of integers, or a ramp 'start:stop:step' such as '2:16:2'"
+    if isinstance(spec, bool):
+        return None, f"expected {expected}; found {_found(spec)}"
+    if isinstance(spec, int):
+        if not 1 <= spec <= MAX_CONCURRENCY:
+            return None, f"expected a concurrency between 1 and {MAX_CONCURRENCY}; found {spec}"
+        return (spec,), None
+    if isinstance(spec, list):
+        if not spec or not all(isinstance(v, int) and not isinstance(v, bool) for v in spec):
+            return None, f"expected {expected}; found {spec!r}"
+        if not all(1 <= v <= MAX_CONCURRENCY for v in spec):
+            return None, f"expected concurrencies between 1 and {MAX_CONCURRENCY}; found {spec!r}"
+        return tuple(spec), None
+    if isinstance(spec, str):
+        parts = spec.split(":")
+        if len(parts) in (2, 3) and all(p.strip().isdigit() for p in parts):
+            start, stop = int(parts[0]), int(parts[1])
+            step = int(parts[2]) if len(parts) == 3 else 1
+            if start < 1 or step < 1:
+                return None, f"expected start >= 1 and step >= 1 in 'start:stop:step'; found '{spec}'"
+            if stop < start:
+                return None, f"expected stop >= start in 'start:stop:step'; found '{spec}'"
+            if stop > MAX_CONCURRENCY:
+                return None, f"expected stop <= {MAX_CONCURRENCY}; found '{spec}'"
+            return tuple(range(start, stop + 1, step)), None
+    return None, f"expected {expected}; found {_found(spec)}"
+
+
+def _inputs(ck: _Checker, raw: Any, path: KeyPath) -> tuple[InputSpec, ...]:
+    if not isinstance(raw, dict) or not raw:
+        ck.add(path, f"expected a mapping of input name -> {{dtype, shape, data}}; found {_found(raw)}")
+        return ()
+    out = []
+    for name, spec in raw.items():
+        p = (*path, name)
+        m = ck.mapping(spec, p, ("dtype", "shape", "data", "value", "seed", "file"), ("dtype", "shape"))
+        if m is None:
+            continue
+        dtype = m.get("dtype")
+        if dtype is not None and dtype not in DTYPES:
+            extra = " (BYTES inputs are not supported yet)" if dtype == "BYTES" else ""
+            ck.add((*p, "dtype"), f"expected one of {', '.join(DTYPES)}; found {dtype!r}{extra}")
+            dtype = None
+        shape = m.get("shape")
+        if "shape" in m and (
+            not isinstance(shape, list)
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape)
+        ):
+            ck.add((*p, "shape"), f"expected a list of positive integers such as [3, 224, 224]; found {shape!r}")
+            shape = None
+        data = m.get("data", "random")
+        if data not in DATA_KINDS:
+            ck.add((*p, "data"), f"expected one of {', '.join(DATA_KINDS)}; found {data!r}")
+            continue
+        value: Any = 0
+        if data == "constant":
+            if "value" not in m:
+                ck.add(p, "data: constant needs a 'value'")
+            elif not isinstance(m["value"], (int, float)):
+                ck.add((*p, "value"), f"expected a number; found {_found(m['value'])}")
+            else:
+                value = m["value"]
+        elif "value" in m:
+            ck.add((*p, "value"), f"'value' only goes with data: constant (data is {data})")
+        seed = 0
+        if "seed" in m:
+            if data != "random":
+                ck.add((*p, "seed"), f"'seed' only goes with data: random (data is {data})")
+            else:
+                seed = ck.integer(m["seed"], (*p, "seed"), 0) or 0
+        file = None
+        if data == "file":
+            if "file" not in m:
+                ck.add(p, "data: file needs a 'file' (a .npy path relative to the scenario)")
+            else:
+                file = ck.file(m["file"], (*p, "file"))
+        elif "file" in m:
+            ck.add((*p, "file"), f"'file' only goes with data: file (data is {data})")
+        if dtype is None or shape is None:
+            continue
+        spec_out = InputSpec(str(name), dtype, tuple(shape), data, value, seed, file)
+        if file is not None:
+            _check_npy(ck, spec_out, (*p, "file"))
+        out.append(spec_out)
+    return tuple(out)
+
+
+def _check_npy(ck: _Checker, spec: InputSpec, path: KeyPath) -> None:
+    assert spec.file is not None
+    try:
+        arr = np.load(spec.file, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        ck.add(path, f"cannot read {spec.file.name} as a .npy array: {exc}")
+        return
+    if tuple(arr.shape) != spec.shape and tuple(arr.shape[1:]) != spec.shape:
+        ck.add(path, f"{spec.file.name} has shape {list(arr.shape)}; expected {list(spec.shape)} "
+               f"or [batch, {', '.join(map(str, spec.shape))}]")
+
+
+def _template(ck: _Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplate | None:
+    m = ck.mapping(raw, path, ("model", "version", "batch_size", "inputs", "outputs"), ("model", "inputs"))
+    if m is None:
+        return None
+    model = ck.string(m.get("model"), (*path, "model"), "a model name") if "model" in m else None
+    version = m.get("version", "")
+    if isinstance(version, int) and not isinstance(version, bool):
+        version = str(version)
+    if not isinstance(version, str):
+        ck.add((*path, "version"), f"expected a version number or string; found {_found(version)}")
+        version = ""
+    batch = ck.integer(m.get("batch_size", 1), (*path, "batch_size"), 1)
+    inputs = _inputs(ck, m["inputs"], (*path, "inputs")) if "inputs" in m else ()
+    outputs = m.get("outputs", [])
+    if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
+        ck.add((*path, "outputs"), f"expected a list of output names; found {_found(outputs)}")
+        outputs = []
+    if model is None or batch is None or not inputs:
+        return None
+    return RequestTemplate(name, model, batch, inputs, tuple(outputs), version)
+
+
+def _target(ck: _Checker, raw: Any) -> TargetSpec:
+    path: KeyPath = ("target",)
+    m = ck.mapping(raw, path, ("grpc", "tls", "headers", "timeout"))
+    if m is None:
+        return TargetSpec()
+    grpc_addr = None
+    if "grpc" in m:
+        grpc_addr = ck.string(m["grpc"], (*path, "grpc"), "a host:port such as 127.0.0.1:8001")
+        if grpc_addr and not re.match(r"^[\w.\-\[\]:]+:\d+$", grpc_addr):
+            ck.add((*path, "grpc"), f"expected host:port such as 127.0.0.1:8001; found {grpc_addr!r}")
+    tls = None
+    if "tls" in m:
+        t = ck.mapping(m["tls"], (*path, "tls"), ("root_certs", "client_cert", "client_key"))
+        if t is not None:
+            files = {k: ck.file(v, (*path, "tls", k)) for k, v in t.items() if k in TLSSpec.__annotations__}
+            if ("client_cert" in t) != ("client_key" in t):
+                ck.add((*path, "tls"), "client_cert and client_key go together")
+            tls = TLSSpec(**files)
+    headers: list[tuple[str, str]] = []
+    if "headers" in m:
+        h = m["headers"]
+        if not isinstance(h, dict):
+            ck.add((*path, "headers"), f"expected a mapping of header -> value; found {_found(h)}")
+        else:
+            for k, v in h.items():
+                if not isinstance(v, str):
+                    ck.add((*path, "headers", k), f"expected a string; found {_found(v)}")
+                    continue
+                headers.append((k.lower(), ck.env(v, (*path, "headers", k))))
+    timeout = ck.duration(m["timeout"], (*path, "timeout"), False) if "timeout" in m else 10.0
+    return TargetSpec(grpc_addr, tls, tuple(headers), timeout or 10.0, tuple(ck.secrets))
+
+
+def _load(ck: _Checker, raw: Any, path: KeyPath) -> ConcurrencyLoad | None:
+    m = ck.mapping(raw, path, ("concurrency", "step_duration", "warmup"), ("concurrency", "step_duration"))
+    if m is None:
+        return None
+    levels = None
+    if "concurrency" in m:
+        levels, err = parse_ramp(m["concurrency"])
+        if err:
+            ck.add((*path, "concurrency"), err)
+    step = ck.duration(m["step_duration"], (*path, "step_duration"), False) if "step_duration" in m else None
+    warmup = ck.duration(m.get("warmup", 2.0), (*path, "warmup"), True)
+    if levels is None or step is None or warmup is None:
+        return None
+    return ConcurrencyLoad(levels, step, warmup, str(m["concurrency"]))
+
+
+def _phases(ck: _Checker, raw: Any) -> tuple[PhaseSpec, ...]:
+    if not isinstance(raw, list) or not raw:
+        ck.add(("phases",), f"expected a non-empty list of phases; found {_found(raw)}")
+        return ()
+    out: list[PhaseSpec] = []
+    names: set[str] = set()
+    for i, item in enumerate(raw):
+        p: KeyPath = ("phases", i)
+        m = ck.mapping(item, p, ("name", "load", "config"), ("name", "load"))
+        if m is None:
+            continue
+        name = ck.string(m.get("name"), (*p, "name"), "a phase name") if "name" in m else None
+        if name in names:
+            ck.add((*p, "name"), f"duplicate phase name '{name}'")
+        if name:
+            names.add(name)
+        load = _load(ck, m["load"], (*p, "load")) if "load" in m else None
+        config: dict[str, dict[str, Any]] = {}
+        if "config" in m:
+            from loadkit.control.config import check_overlay  # pure: validates field names
+
+            c = m["config"]
+            if not isinstance(c, dict):
+                ck.add((*p, "config"), f"expected a mapping of model -> config overlay; found {_found(c)}")
+            else:
+                for model, overlay in c.items():
+                    for sub, msg in check_overlay(overlay):
+                        ck.add((*p, "config", model, *sub), msg)
+                    if isinstance(overlay, dict):
+                        config[model] = overlay
+        if name and load:
+            out.append(PhaseSpec(name, load, config))
+    return tuple(out)
+
+
+def _mix(ck: _Checker, raw: Any, names: list[str]) -> dict[str, float]:
+    if raw is None:
+        return {n: 1.0 for n in names}
+    if not isinstance(raw, dict) or not raw:
+        ck.add(("mix",), f"expected a mapping of request name -> weight; found {_found(raw)}")
+        return {}
+    out: dict[str, float] = {}
+    for name, weight in raw.items():
+        if name not in names:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            ck.add(("mix", name), f"no request named '{name}' in requests{hint} (have: {', '.join(names)})")
+            continue
+        w = ck.number(weight, ("mix", name), 0, exclusive=False)
+        if w is not None:
+            out[name] = w
+    if out and sum(out.values()) <= 0:
+        ck.add(("mix",), "the mix weights sum to 0; expected at least one weight > 0")
+    return {k: v for k, v in out.items() if v > 0}
+
+
+TOP_KEYS = ("name", "description", "target", "requests", "mix", "think_time", "phases")
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Parse and validate a scenario file offline; raises ScenarioError listing every problem."""
+    path = Path(path)
+    src = load_yaml(path)
+    ck = _Checker(src, path.resolve().parent)
+    top = ck.mapping(src.data, (), TOP_KEYS, ("requests", "phases"))
+    if top is None:
+        raise ScenarioError(ck.problems or [src.problem((), "not a scenario")])
+    name = top.get("name", path.stem)
+    if not isinstance(name, str) or not re.match(r"^[\w.\-]+$", name):
+        ck.add(("name",), f"expected a name of letters, digits, '.', '_' or '-'; found {_found(name)}")
+        name = path.stem
+    target = _target(ck, top.get("target", {}))
+    requests: dict[str, RequestTemplate] = {}
+    raw_requests = top.get("requests")
+    if "requests" in top:
+        if not isinstance(raw_requests, dict) or not raw_requests:
+            ck.add(("requests",), f"expected a mapping of request name -> template; found {_found(raw_requests)}")
+        else:
+            for rname, rraw in raw_requests.items():
+                t = _template(ck, rname, rraw, ("requests", rname))
+                if t is not None:
+                    requests[rname] = t
+    names = list(raw_requests) if isinstance(raw_requests, dict) else []
+    mix = _mix(ck, top.get("mix"), names)
+    think = ck.duration(top.get("think_time", 0), ("think_time",), True)
+    phases = _phases(ck, top["phases"]) if "phases" in top else ()
+    if ck.problems:
+        raise ScenarioError(ck.problems)
+    return Scenario(name, path, target, requests, mix, think or 0.0, phases, src)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the server says about one model: enough to check a template against it."""
+
+    name: str
+    max_batch_size: int
+    inputs: dict[str, tuple[str, tuple[int, ...]]]
+    outputs: dict[str, tuple[str, tuple[int, ...]]]
+
+
+def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str]) -> list[Problem]:
+    """Compare templates with server metadata; a str value is the server's reason it has none."""
+    src = scenario.source
+    problems: list[Problem] = []
+    for t in scenario.requests.values():
+        base: KeyPath = ("requests", t.name)
+        info = models.get(t.model)
+        if info is None or isinstance(info, str):
+            reason = f": {info}" if isinstance(info, str) else ""
+            problems.append(src.problem((*base, "model"), f"the server has no ready model '{t.model}'{reason}"))
+            continue
+        if info.max_batch_size == 0 and t.batch_size != 1:
+            problems.append(src.problem((*base, "batch_size"),
+                            f"model '{t.model}' does not batch (max_batch_size 0); expected 1, found {t.batch_size}"))
+        elif info.max_batch_size and t.batch_size > info.max_batch_size:
+            problems.append(src.problem((*base, "batch_size"),
+                            f"expected at most model '{t.model}''s max_batch_size {info.max_batch_size}; found {t.batch_size}"))
+        given = {i.name: i for i in t.inputs}
+        for name in given:
+            if name not in info.inputs:
+                close = difflib.get_close_matches(name, list(info.inputs), n=1)
+                hint = f"; did you mean '{close[0]}'?" if close else ""
+                problems.append(src.problem((*base, "inputs", name),
+                                f"model '{t.model}' has no input '{name}'{hint} (has: {', '.join(info.inputs)})"))
+        for name, (dtype, dims) in info.inputs.items():
+            p: KeyPath = (*base, "inputs", name)
+            if name not in given:
+                problems.append(src.problem((*base, "inputs"), f"input '{name}' of model '{t.model}' is missing"))
+                continue
+            spec = given[name]
+            if spec.dtype != dtype:
+                problems.append(src.problem((*p, "dtype"), f"model '{t.model}' expects {dtype}; found {spec.dtype}"))
+            want = dims[1:] if info.max_batch_size else dims
+            if len(want) != len(spec.shape) or any(w not in (-1, s) for w, s in zip(want, spec.shape)):
+                problems.append(src.problem((*p, "shape"),
+                                f"model '{t.model}' expects shape {list(want)} (without the batch dimension); found {list(spec.shape)}"))
+        for out in t.outputs:
+            if out not in info.outputs:
+                problems.append(src.problem((*base, "outputs"),
+                                f"model '{t.model}' has no output '{out}' (has: {', '.join(info.outputs)})"))
+    return problems
