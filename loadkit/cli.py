@@ -70,16 +70,17 @@ def _progress_line(run: Any, last: dict[str, Any]) -> str:
     if not st["phase"]:
         return f"[{st['stage']}]"
     total = len(run.plan.phases[[p.name for p in run.plan.phases].index(st["phase"])].steps)
-    return (f"[{st['phase']} step {st['step'] + 1}/{total} concurrency {st['concurrency']}] "
-            f"{st['stage']} {st['elapsed_s']:.0f}s, {st['remaining_s']:.0f}s left{rate}")
+    return (
+        f"[{st['phase']} step {st['step'] + 1}/{total} concurrency {st['concurrency']}] "
+        f"{st['stage']} {st['elapsed_s']:.0f}s, {st['remaining_s']:.0f}s left{rate}"
+    )
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import loadkit.drive  # noqa: F401  (gevent patching and grpc's gevent mode, first)
-
     import gevent
     from locust.env import Environment
 
+    import loadkit.drive  # noqa: F401  (gevent patching and grpc's gevent mode, first)
     from loadkit.control.server import ServerControl
     from loadkit.drive.shape import LoadkitShape
     from loadkit.drive.users import TritonUser
@@ -92,17 +93,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     address = args.target or scenario.target.grpc
     server = None
     out_dir.mkdir(parents=True, exist_ok=True)
-    logging.basicConfig(filename=out_dir / "loadkit.log", level=logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
+    logging.basicConfig(
+        filename=out_dir / "loadkit.log",
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
     try:
         if address is None:
-            print(f"starting the embedded Triton for models {', '.join(scenario.models)} ...",
-                  file=sys.stderr)
+            print(
+                f"starting the embedded Triton for models {', '.join(scenario.models)} ...",
+                file=sys.stderr,
+            )
             server = EmbeddedServer(models=scenario.models, log_path=out_dir / "tritonserver.log")
             server.start()
             address = server.grpc_address
-            print(f"embedded Triton ready: grpc {address}, metrics {server.metrics_url}",
-                  file=sys.stderr)
+            print(
+                f"embedded Triton ready: grpc {address}, metrics {server.metrics_url}",
+                file=sys.stderr,
+            )
         control = ServerControl(address, scenario.target)
         try:
             control.wait_live(timeout_s=10)
@@ -110,8 +119,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             problems = check_against_models(scenario, infos)
             if problems:
                 raise ScenarioError(problems)
-            run = Run(scenario, address, control, out_dir, embedded=server is not None,
-                      seed=args.seed)
+            run = Run(
+                scenario, address, control, out_dir, embedded=server is not None, seed=args.seed
+            )
             print(run.plan.describe(), file=sys.stderr)
             code = _drive(run, Environment, TritonUser, LoadkitShape, gevent, args.quiet)
         finally:
@@ -128,17 +138,23 @@ def _summary(out_dir: Path) -> str:
     return (out_dir / "summary.md").read_text()
 
 
-def _drive(run: Any, environment_cls: Any, user_cls: Any, shape_cls: Any, gevent: Any,
-           quiet: bool) -> int:
+def _drive(
+    run: Any, environment_cls: Any, user_cls: Any, shape_cls: Any, gevent: Any, quiet: bool
+) -> int:
     env = environment_cls(user_classes=[user_cls], shape_class=shape_cls(), stop_timeout=5)
     run.attach(env)
     runner = env.create_local_runner()
     handlers = [
-        gevent.signal_handler(signal.SIGINT, run.conductor.abort, "interrupted by SIGINT", EXIT_SIGINT),
-        gevent.signal_handler(signal.SIGTERM, run.conductor.abort, "interrupted by SIGTERM", EXIT_SIGTERM),
+        gevent.signal_handler(
+            signal.SIGINT, run.conductor.abort, "interrupted by SIGINT", EXIT_SIGINT
+        ),
+        gevent.signal_handler(
+            signal.SIGTERM, run.conductor.abort, "interrupted by SIGTERM", EXIT_SIGTERM
+        ),
     ]
     progress = None
     if not quiet:
+
         def report_progress() -> None:
             last: dict[str, Any] = {}
             while not run.conductor.finished.is_set():
@@ -167,12 +183,23 @@ def _drive(run: Any, environment_cls: Any, user_cls: Any, shape_cls: Any, gevent
 def cmd_serve(args: argparse.Namespace) -> int:
     from loadkit.server import EmbeddedServer
 
-    models = tuple(args.models or [p.name for p in sorted(Path(args.model_repository).iterdir())
-                                   if (p / "config.pbtxt").exists()])
-    server = EmbeddedServer(model_repository=Path(args.model_repository).resolve(), models=models,
-                            host=args.host, grpc_port=args.grpc_port, http_port=args.http_port,
-                            metrics_port=args.metrics_port,
-                            log_path=Path(args.log).resolve() if args.log else None)
+    models = tuple(
+        args.models
+        or [
+            p.name
+            for p in sorted(Path(args.model_repository).iterdir())
+            if (p / "config.pbtxt").exists()
+        ]
+    )
+    server = EmbeddedServer(
+        model_repository=Path(args.model_repository).resolve(),
+        models=models,
+        host=args.host,
+        grpc_port=args.grpc_port,
+        http_port=args.http_port,
+        metrics_port=args.metrics_port,
+        log_path=Path(args.log).resolve() if args.log else None,
+    )
     stop = {"signal": 0}
 
     def on_signal(signum: int, _frame: Any) -> None:
@@ -213,10 +240,16 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     r.set_defaults(func=cmd_run)
     s = sub.add_parser("serve", help="run the embedded Triton in the foreground")
-    s.add_argument("--model-repository", default=str(Path(__file__).resolve().parent.parent / "model_repository"))
+    s.add_argument(
+        "--model-repository",
+        default=str(Path(__file__).resolve().parent.parent / "model_repository"),
+    )
     s.add_argument("--models", nargs="*", help="models to load (default: all in the repository)")
-    s.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1; anything else exposes the server)")
+    s.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to bind (default 127.0.0.1; anything else exposes the server)",
+    )
     s.add_argument("--grpc-port", type=int, default=8001)
     s.add_argument("--http-port", type=int, default=8000)
     s.add_argument("--metrics-port", type=int, default=8002)

@@ -57,14 +57,18 @@ class Plan:
         return sum(s.warmup_s + s.duration_s for s in self.steps)
 
     def describe(self) -> str:
-        lines = [f"plan for '{self.scenario}': {len(self.phases)} phase(s), "
-                 f"{len(self.steps)} step(s), about {self.estimated_s:.0f} s of load"]
+        lines = [
+            f"plan for '{self.scenario}': {len(self.phases)} phase(s), "
+            f"{len(self.steps)} step(s), about {self.estimated_s:.0f} s of load"
+        ]
         for p in self.phases:
             levels = ", ".join(str(s.concurrency) for s in p.steps)
             first = p.steps[0]
             cfg = f"; config overlay for {', '.join(p.config)}" if p.config else ""
-            lines.append(f"  {p.index + 1}. {p.name}: concurrency {levels}; each step "
-                         f"{first.warmup_s:g} s warm-up + {first.duration_s:g} s measured{cfg}")
+            lines.append(
+                f"  {p.index + 1}. {p.name}: concurrency {levels}; each step "
+                f"{first.warmup_s:g} s warm-up + {first.duration_s:g} s measured{cfg}"
+            )
         return "\n".join(lines)
 
 

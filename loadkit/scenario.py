@@ -78,7 +78,7 @@ class TargetSpec:
 
     grpc: str | None = None
     tls: TLSSpec | None = None
-    headers: tuple[tuple[str, str], ...] = ()
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     timeout_s: float = 10.0
     secret_values: tuple[str, ...] = field(default=(), repr=False)
 
@@ -141,16 +141,22 @@ def _redact(value: Any, secrets: tuple[str, ...]) -> Any:
 def _type_name(value: Any) -> str:
     if value is None:
         return "null"
-    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string",
-            list: "a list", dict: "a mapping"}.get(type(value), type(value).__name__)
+    return {
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        list: "a list",
+        dict: "a mapping",
+    }.get(type(value), type(value).__name__)
 
 
 def _found(value: Any) -> str:
     text = repr(value)
     if len(text) > 60:
         text = text[:57] + "..."
-    return f"{_type_name(value)} {text}" if not isinstance(value, (dict, list)) else _type_name(
-        value
+    return (
+        f"{_type_name(value)} {text}" if not isinstance(value, (dict, list)) else _type_name(value)
     )
 
 
@@ -170,7 +176,9 @@ class _Checker:
         self, value: Any, path: KeyPath, allowed: tuple[str, ...], required: tuple[str, ...] = ()
     ) -> dict[str, Any] | None:
         if not isinstance(value, dict):
-            self.add(path, f"expected a mapping with keys {', '.join(allowed)}; found {_found(value)}")
+            self.add(
+                path, f"expected a mapping with keys {', '.join(allowed)}; found {_found(value)}"
+            )
             return None
         for key in value:
             if key not in allowed:
@@ -188,7 +196,9 @@ class _Checker:
             return None
         return value
 
-    def integer(self, value: Any, path: KeyPath, minimum: int, maximum: int | None = None) -> int | None:
+    def integer(
+        self, value: Any, path: KeyPath, minimum: int, maximum: int | None = None
+    ) -> int | None:
         if not isinstance(value, int) or isinstance(value, bool):
             self.add(path, f"expected an integer >= {minimum}; found {_found(value)}")
             return None
@@ -222,7 +232,9 @@ class _Checker:
             self.add(path, f"expected {expected}; found {_found(value)}")
             return None
         if seconds < 0 or (seconds == 0 and not allow_zero):
-            self.add(path, f"expected a duration {'>= 0' if allow_zero else '> 0'}; found {value!r}")
+            self.add(
+                path, f"expected a duration {'>= 0' if allow_zero else '> 0'}; found {value!r}"
+            )
             return None
         return seconds
 
@@ -269,7 +281,10 @@ def parse_ramp(spec: Any) -> tuple[tuple[int, ...] | None, str | None]:
             start, stop = int(parts[0]), int(parts[1])
             step = int(parts[2]) if len(parts) == 3 else 1
             if start < 1 or step < 1:
-                return None, f"expected start >= 1 and step >= 1 in 'start:stop:step'; found '{spec}'"
+                return (
+                    None,
+                    f"expected start >= 1 and step >= 1 in 'start:stop:step'; found '{spec}'",
+                )
             if stop < start:
                 return None, f"expected stop >= start in 'start:stop:step'; found '{spec}'"
             if stop > MAX_CONCURRENCY:
@@ -280,12 +295,16 @@ def parse_ramp(spec: Any) -> tuple[tuple[int, ...] | None, str | None]:
 
 def _inputs(ck: _Checker, raw: Any, path: KeyPath) -> tuple[InputSpec, ...]:
     if not isinstance(raw, dict) or not raw:
-        ck.add(path, f"expected a mapping of input name -> {{dtype, shape, data}}; found {_found(raw)}")
+        ck.add(
+            path, f"expected a mapping of input name -> {{dtype, shape, data}}; found {_found(raw)}"
+        )
         return ()
     out = []
     for name, spec in raw.items():
         p = (*path, name)
-        m = ck.mapping(spec, p, ("dtype", "shape", "data", "value", "seed", "file"), ("dtype", "shape"))
+        m = ck.mapping(
+            spec, p, ("dtype", "shape", "data", "value", "seed", "file"), ("dtype", "shape")
+        )
         if m is None:
             continue
         dtype = m.get("dtype")
@@ -298,7 +317,10 @@ def _inputs(ck: _Checker, raw: Any, path: KeyPath) -> tuple[InputSpec, ...]:
             not isinstance(shape, list)
             or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 1 for d in shape)
         ):
-            ck.add((*p, "shape"), f"expected a list of positive integers such as [3, 224, 224]; found {shape!r}")
+            ck.add(
+                (*p, "shape"),
+                f"expected a list of positive integers such as [3, 224, 224]; found {shape!r}",
+            )
             shape = None
         data = m.get("data", "random")
         if data not in DATA_KINDS:
@@ -345,12 +367,17 @@ def _check_npy(ck: _Checker, spec: InputSpec, path: KeyPath) -> None:
         ck.add(path, f"cannot read {spec.file.name} as a .npy array: {exc}")
         return
     if tuple(arr.shape) != spec.shape and tuple(arr.shape[1:]) != spec.shape:
-        ck.add(path, f"{spec.file.name} has shape {list(arr.shape)}; expected {list(spec.shape)} "
-               f"or [batch, {', '.join(map(str, spec.shape))}]")
+        ck.add(
+            path,
+            f"{spec.file.name} has shape {list(arr.shape)}; expected {list(spec.shape)} "
+            f"or [batch, {', '.join(map(str, spec.shape))}]",
+        )
 
 
 def _template(ck: _Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplate | None:
-    m = ck.mapping(raw, path, ("model", "version", "batch_size", "inputs", "outputs"), ("model", "inputs"))
+    m = ck.mapping(
+        raw, path, ("model", "version", "batch_size", "inputs", "outputs"), ("model", "inputs")
+    )
     if m is None:
         return None
     model = ck.string(m.get("model"), (*path, "model"), "a model name") if "model" in m else None
@@ -380,12 +407,18 @@ def _target(ck: _Checker, raw: Any) -> TargetSpec:
     if "grpc" in m:
         grpc_addr = ck.string(m["grpc"], (*path, "grpc"), "a host:port such as 127.0.0.1:8001")
         if grpc_addr and not re.match(r"^[\w.\-\[\]:]+:\d+$", grpc_addr):
-            ck.add((*path, "grpc"), f"expected host:port such as 127.0.0.1:8001; found {grpc_addr!r}")
+            ck.add(
+                (*path, "grpc"), f"expected host:port such as 127.0.0.1:8001; found {grpc_addr!r}"
+            )
     tls = None
     if "tls" in m:
         t = ck.mapping(m["tls"], (*path, "tls"), ("root_certs", "client_cert", "client_key"))
         if t is not None:
-            files = {k: ck.file(v, (*path, "tls", k)) for k, v in t.items() if k in TLSSpec.__annotations__}
+            files = {
+                k: ck.file(v, (*path, "tls", k))
+                for k, v in t.items()
+                if k in TLSSpec.__annotations__
+            }
             if ("client_cert" in t) != ("client_key" in t):
                 ck.add((*path, "tls"), "client_cert and client_key go together")
             tls = TLSSpec(**files)
@@ -405,7 +438,9 @@ def _target(ck: _Checker, raw: Any) -> TargetSpec:
 
 
 def _load(ck: _Checker, raw: Any, path: KeyPath) -> ConcurrencyLoad | None:
-    m = ck.mapping(raw, path, ("concurrency", "step_duration", "warmup"), ("concurrency", "step_duration"))
+    m = ck.mapping(
+        raw, path, ("concurrency", "step_duration", "warmup"), ("concurrency", "step_duration")
+    )
     if m is None:
         return None
     levels = None
@@ -413,7 +448,11 @@ def _load(ck: _Checker, raw: Any, path: KeyPath) -> ConcurrencyLoad | None:
         levels, err = parse_ramp(m["concurrency"])
         if err:
             ck.add((*path, "concurrency"), err)
-    step = ck.duration(m["step_duration"], (*path, "step_duration"), False) if "step_duration" in m else None
+    step = (
+        ck.duration(m["step_duration"], (*path, "step_duration"), False)
+        if "step_duration" in m
+        else None
+    )
     warmup = ck.duration(m.get("warmup", 2.0), (*path, "warmup"), True)
     if levels is None or step is None or warmup is None:
         return None
@@ -443,7 +482,10 @@ def _phases(ck: _Checker, raw: Any) -> tuple[PhaseSpec, ...]:
 
             c = m["config"]
             if not isinstance(c, dict):
-                ck.add((*p, "config"), f"expected a mapping of model -> config overlay; found {_found(c)}")
+                ck.add(
+                    (*p, "config"),
+                    f"expected a mapping of model -> config overlay; found {_found(c)}",
+                )
             else:
                 for model, overlay in c.items():
                     for sub, msg in check_overlay(overlay):
@@ -466,7 +508,10 @@ def _mix(ck: _Checker, raw: Any, names: list[str]) -> dict[str, float]:
         if name not in names:
             close = difflib.get_close_matches(name, names, n=1)
             hint = f"; did you mean '{close[0]}'?" if close else ""
-            ck.add(("mix", name), f"no request named '{name}' in requests{hint} (have: {', '.join(names)})")
+            ck.add(
+                ("mix", name),
+                f"no request named '{name}' in requests{hint} (have: {', '.join(names)})",
+            )
             continue
         w = ck.number(weight, ("mix", name), 0, exclusive=False)
         if w is not None:
@@ -489,14 +534,19 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ScenarioError(ck.problems or [src.problem((), "not a scenario")])
     name = top.get("name", path.stem)
     if not isinstance(name, str) or not re.match(r"^[\w.\-]+$", name):
-        ck.add(("name",), f"expected a name of letters, digits, '.', '_' or '-'; found {_found(name)}")
+        ck.add(
+            ("name",), f"expected a name of letters, digits, '.', '_' or '-'; found {_found(name)}"
+        )
         name = path.stem
     target = _target(ck, top.get("target", {}))
     requests: dict[str, RequestTemplate] = {}
     raw_requests = top.get("requests")
     if "requests" in top:
         if not isinstance(raw_requests, dict) or not raw_requests:
-            ck.add(("requests",), f"expected a mapping of request name -> template; found {_found(raw_requests)}")
+            ck.add(
+                ("requests",),
+                f"expected a mapping of request name -> template; found {_found(raw_requests)}",
+            )
         else:
             for rname, rraw in raw_requests.items():
                 t = _template(ck, rname, rraw, ("requests", rname))
@@ -530,35 +580,71 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
         info = models.get(t.model)
         if info is None or isinstance(info, str):
             reason = f": {info}" if isinstance(info, str) else ""
-            problems.append(src.problem((*base, "model"), f"the server has no ready model '{t.model}'{reason}"))
+            problems.append(
+                src.problem((*base, "model"), f"the server has no ready model '{t.model}'{reason}")
+            )
             continue
         if info.max_batch_size == 0 and t.batch_size != 1:
-            problems.append(src.problem((*base, "batch_size"),
-                            f"model '{t.model}' does not batch (max_batch_size 0); expected 1, found {t.batch_size}"))
+            problems.append(
+                src.problem(
+                    (*base, "batch_size"),
+                    f"model '{t.model}' does not batch (max_batch_size 0); "
+                    f"expected 1, found {t.batch_size}",
+                )
+            )
         elif info.max_batch_size and t.batch_size > info.max_batch_size:
-            problems.append(src.problem((*base, "batch_size"),
-                            f"expected at most model '{t.model}''s max_batch_size {info.max_batch_size}; found {t.batch_size}"))
+            problems.append(
+                src.problem(
+                    (*base, "batch_size"),
+                    f"expected at most model '{t.model}''s max_batch_size {info.max_batch_size}; "
+                    f"found {t.batch_size}",
+                )
+            )
         given = {i.name: i for i in t.inputs}
         for name in given:
             if name not in info.inputs:
                 close = difflib.get_close_matches(name, list(info.inputs), n=1)
                 hint = f"; did you mean '{close[0]}'?" if close else ""
-                problems.append(src.problem((*base, "inputs", name),
-                                f"model '{t.model}' has no input '{name}'{hint} (has: {', '.join(info.inputs)})"))
+                problems.append(
+                    src.problem(
+                        (*base, "inputs", name),
+                        f"model '{t.model}' has no input '{name}'{hint} "
+                        f"(has: {', '.join(info.inputs)})",
+                    )
+                )
         for name, (dtype, dims) in info.inputs.items():
             p: KeyPath = (*base, "inputs", name)
             if name not in given:
-                problems.append(src.problem((*base, "inputs"), f"input '{name}' of model '{t.model}' is missing"))
+                problems.append(
+                    src.problem(
+                        (*base, "inputs"), f"input '{name}' of model '{t.model}' is missing"
+                    )
+                )
                 continue
             spec = given[name]
             if spec.dtype != dtype:
-                problems.append(src.problem((*p, "dtype"), f"model '{t.model}' expects {dtype}; found {spec.dtype}"))
+                problems.append(
+                    src.problem(
+                        (*p, "dtype"), f"model '{t.model}' expects {dtype}; found {spec.dtype}"
+                    )
+                )
             want = dims[1:] if info.max_batch_size else dims
-            if len(want) != len(spec.shape) or any(w not in (-1, s) for w, s in zip(want, spec.shape)):
-                problems.append(src.problem((*p, "shape"),
-                                f"model '{t.model}' expects shape {list(want)} (without the batch dimension); found {list(spec.shape)}"))
+            if len(want) != len(spec.shape) or any(
+                w not in (-1, s) for w, s in zip(want, spec.shape, strict=True)
+            ):
+                problems.append(
+                    src.problem(
+                        (*p, "shape"),
+                        f"model '{t.model}' expects shape {list(want)} (without the batch "
+                        f"dimension); found {list(spec.shape)}",
+                    )
+                )
         for out in t.outputs:
             if out not in info.outputs:
-                problems.append(src.problem((*base, "outputs"),
-                                f"model '{t.model}' has no output '{out}' (has: {', '.join(info.outputs)})"))
+                problems.append(
+                    src.problem(
+                        (*base, "outputs"),
+                        f"model '{t.model}' has no output '{out}' (has: {', '.join(info.outputs)})",
+                    )
+                )
     return problems

@@ -134,7 +134,9 @@ class EmbeddedServer:
 
     def start(self) -> EmbeddedServer:
         if self.host not in (LOOPBACK, "localhost", "::1"):
-            print(f"warning: embedded Triton binds to {self.host}, beyond loopback", file=sys.stderr)
+            print(
+                f"warning: embedded Triton binds to {self.host}, beyond loopback", file=sys.stderr
+            )
         self._workdir = Path(tempfile.mkdtemp(prefix="loadkit-triton-"))
         backends = prepare_backends(self._workdir)
         for attr in ("grpc_port", "http_port", "metrics_port"):

@@ -63,10 +63,18 @@ class _Converter:
     def convert(self, node: yaml.Node, path: KeyPath) -> Any:
         self.count += 1
         if self.count > MAX_NODES:
-            raise self.fail(
-                node,
-                f"the document expands to more than {MAX_NODES} values (anchors and aliases "
-                "repeated too often); expected a scenario of ordinary size",
+            # The node itself may be an anchor far above; name the key being expanded.
+            line = self.lines.get(path[:1], node.start_mark.line + 1)
+            raise ScenarioError(
+                [
+                    Problem(
+                        self.file,
+                        line,
+                        "",
+                        f"the document expands to more than {MAX_NODES} values (anchors, aliases "
+                        "repeated too often); expected a scenario of ordinary size",
+                    )
+                ]
             )
         self.lines.setdefault(path, node.start_mark.line + 1)
         if isinstance(node, yaml.MappingNode):
@@ -98,7 +106,9 @@ def load_yaml(path: Path) -> Source:
     try:
         raw = path.read_bytes()
     except OSError as exc:
-        raise ScenarioError([Problem(file, None, "", f"cannot read file: {exc.strerror}")]) from None
+        raise ScenarioError(
+            [Problem(file, None, "", f"cannot read file: {exc.strerror}")]
+        ) from None
     if len(raw) > MAX_BYTES:
         raise ScenarioError([Problem(file, None, "", f"file is over {MAX_BYTES} bytes")])
     try:
@@ -116,6 +126,8 @@ def load_yaml(path: Path) -> Source:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else None
         what = exc.problem or exc.context or "malformed"
+        if exc.context and exc.context_mark is not None and exc.problem:
+            what += f" ({exc.context} that starts at line {exc.context_mark.line + 1})"
         raise ScenarioError([Problem(file, line, "", f"malformed YAML: {what}")]) from None
     except yaml.YAMLError as exc:
         raise ScenarioError([Problem(file, None, "", f"malformed YAML: {exc}")]) from None

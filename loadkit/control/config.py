@@ -22,9 +22,18 @@ def _is_map(field: FieldDescriptor) -> bool:
     return field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry
 
 
+def _is_repeated(field: FieldDescriptor) -> bool:
+    flag = getattr(field, "is_repeated", None)  # protobuf >= 5.28; `label` is deprecated there
+    if flag is not None:
+        return bool(flag)
+    return field.label == FieldDescriptor.LABEL_REPEATED
+
+
 def _check(value: Any, desc: Descriptor, path: Sub, out: list[tuple[Sub, str]]) -> None:
     if not isinstance(value, dict):
-        out.append((path, f"expected a mapping of {desc.name} fields; found {type(value).__name__}"))
+        out.append(
+            (path, f"expected a mapping of {desc.name} fields; found {type(value).__name__}")
+        )
         return
     names = [f.name for f in desc.fields]
     for key, sub in value.items():
@@ -40,15 +49,19 @@ def _check(value: Any, desc: Descriptor, path: Sub, out: list[tuple[Sub, str]]) 
 def _check_field(value: Any, field: FieldDescriptor, path: Sub, out: list[tuple[Sub, str]]) -> None:
     if _is_map(field):
         if not isinstance(value, dict):
-            out.append((path, f"expected a mapping for '{field.name}'; found {type(value).__name__}"))
+            out.append(
+                (path, f"expected a mapping for '{field.name}'; found {type(value).__name__}")
+            )
             return
         value_field = field.message_type.fields_by_name["value"]
         for k, v in value.items():
-            if value_field.type == FieldDescriptor.TYPE_MESSAGE and isinstance(v, (str, int, float)):
+            if value_field.type == FieldDescriptor.TYPE_MESSAGE and isinstance(
+                v, (str, int, float)
+            ):
                 continue  # shorthand: parameters {key: "value"} means {string_value: "value"}
             _check_field(v, value_field, (*path, k), out)
         return
-    if field.label == FieldDescriptor.LABEL_REPEATED:
+    if _is_repeated(field):
         if not isinstance(value, list):
             out.append((path, f"expected a list for '{field.name}'; found {type(value).__name__}"))
             return
@@ -58,7 +71,9 @@ def _check_field(value: Any, field: FieldDescriptor, path: Sub, out: list[tuple[
     _check_single(value, field, path, out)
 
 
-def _check_single(value: Any, field: FieldDescriptor, path: Sub, out: list[tuple[Sub, str]]) -> None:
+def _check_single(
+    value: Any, field: FieldDescriptor, path: Sub, out: list[tuple[Sub, str]]
+) -> None:
     if field.type == FieldDescriptor.TYPE_MESSAGE:
         _check(value, field.message_type, path, out)
     elif field.type == FieldDescriptor.TYPE_ENUM:
@@ -74,7 +89,12 @@ def _check_single(value: Any, field: FieldDescriptor, path: Sub, out: list[tuple
     elif field.type in (FieldDescriptor.TYPE_FLOAT, FieldDescriptor.TYPE_DOUBLE):
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             out.append((path, f"expected a number; found {value!r}"))
-    elif not isinstance(value, int) or isinstance(value, bool) or value < 0 and "uint" in str(field.type):
+    elif (
+        not isinstance(value, int)
+        or isinstance(value, bool)
+        or value < 0
+        and "uint" in str(field.type)
+    ):
         out.append((path, f"expected an integer; found {value!r}"))
 
 

@@ -26,8 +26,10 @@ def _now() -> str:
 
 def _explain(message: str) -> str:
     if "explicit" in message.lower() or "polling" in message.lower():
-        return ("the server is not in explicit model-control mode (start tritonserver with "
-                f"--model-control-mode=explicit to let loadkit swap configs): {message}")
+        return (
+            "the server is not in explicit model-control mode (start tritonserver with "
+            f"--model-control-mode=explicit to let loadkit swap configs): {message}"
+        )
     return message
 
 
@@ -58,7 +60,9 @@ class Controller:
         deadline = time.monotonic() + READY_TIMEOUT_S
         while not self.control.model_ready(model):
             if time.monotonic() > deadline:
-                raise ControlError(f"model '{model}' was not ready {READY_TIMEOUT_S:.0f} s after load")
+                raise ControlError(
+                    f"model '{model}' was not ready {READY_TIMEOUT_S:.0f} s after load"
+                )
             time.sleep(0.05)
         return round(time.monotonic() - t0, 3)
 
@@ -77,14 +81,28 @@ class Controller:
                 result.reload_s[model] = self._load(model, desired)
             except ControlError as exc:
                 result.status, result.reason = "failed", f"{model}: {exc}"
-                self.events.append({"at": _now(), "event": "config_rejected", "phase": phase.name,
-                                    "model": model, "detail": str(exc)})
+                self.events.append(
+                    {
+                        "at": _now(),
+                        "event": "config_rejected",
+                        "phase": phase.name,
+                        "model": model,
+                        "detail": str(exc),
+                    }
+                )
                 # Triton keeps the last good config loaded; remember we are not on `overlay`.
                 self.applied.pop(model, None) if not overlay else None
                 return
             self.applied[model] = overlay
-            self.events.append({"at": _now(), "event": "config_applied", "phase": phase.name,
-                                "model": model, "reload_s": result.reload_s[model]})
+            self.events.append(
+                {
+                    "at": _now(),
+                    "event": "config_applied",
+                    "phase": phase.name,
+                    "model": model,
+                    "reload_s": result.reload_s[model],
+                }
+            )
         result.config = {m: self.control.config(m) for m in self.models}
 
     def restore(self) -> None:

@@ -12,9 +12,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import tritonclient.grpc as tgrpc
-from tritonclient.utils import InferenceServerException
+import grpc
+from google.protobuf.json_format import MessageToDict
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 
+from loadkit.channel import make_channel
 from loadkit.errors import ControlError, TargetError
 from loadkit.scenario import ModelInfo, TargetSpec
 
@@ -36,8 +38,18 @@ class ModelCounters:
 
 def _counters(entries: list[dict[str, Any]]) -> ModelCounters:
     vals: dict[str, int] = dict.fromkeys(
-        ("success", "fail", "inference_count", "execution_count", "queue_ns",
-         "compute_input_ns", "compute_infer_ns", "compute_output_ns"), 0)
+        (
+            "success",
+            "fail",
+            "inference_count",
+            "execution_count",
+            "queue_ns",
+            "compute_input_ns",
+            "compute_infer_ns",
+            "compute_output_ns",
+        ),
+        0,
+    )
     batches: dict[int, int] = {}
     for e in entries:
         st = e.get("inference_stats", {})
@@ -82,29 +94,23 @@ def diff_counters(before: ModelCounters, after: ModelCounters) -> dict[str, Any]
     }
 
 
-def _tls_bytes(path: Any) -> bytes | None:
-    return path.read_bytes() if path is not None else None
-
-
 class ServerControl:
-    """A gRPC control client for one server; close() it when done (never leave it to __del__)."""
+    """A gRPC control client for one server, on raw stubs over a channel we own.
+
+    tritonclient's InferenceServerClient closes its channel again in __del__; under gevent that
+    second close can deadlock at interpreter exit, so the control plane uses the service stubs
+    directly and closes its channel exactly once.
+    """
 
     def __init__(self, address: str, target: TargetSpec | None = None):
         self.address = address
         target = target or TargetSpec()
-        kwargs: dict[str, Any] = {}
-        if target.tls is not None:
-            kwargs = {
-                "ssl": True,
-                "root_certificates": str(target.tls.root_certs) if target.tls.root_certs else None,
-                "private_key": str(target.tls.client_key) if target.tls.client_key else None,
-                "certificate_chain": str(target.tls.client_cert) if target.tls.client_cert else None,
-            }
-        self.headers = dict(target.headers) or None
-        self.client = tgrpc.InferenceServerClient(address, **kwargs)
+        self.metadata = tuple(target.headers) or None
+        self.channel = make_channel(address, target)
+        self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
 
     def close(self) -> None:
-        self.client.close()
+        self.channel.close()
 
     def __enter__(self) -> ServerControl:
         return self
@@ -112,66 +118,77 @@ class ServerControl:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def _call(self, method: str, request: Any, timeout_s: float) -> Any:
+        try:
+            return getattr(self.stub, method)(request, timeout=timeout_s, metadata=self.metadata)
+        except grpc.RpcError as exc:
+            raise ControlError(exc.details() or exc.code().name) from None
+
     def wait_live(self, timeout_s: float = 10.0) -> None:
         deadline = time.monotonic() + timeout_s
         last = ""
         while time.monotonic() < deadline:
             try:
-                if self.client.is_server_live(headers=self.headers, client_timeout=2):
+                if self._call("ServerLive", service_pb2.ServerLiveRequest(), 2).live:
                     return
-            except InferenceServerException as exc:
+            except ControlError as exc:
                 last = str(exc)
             time.sleep(0.2)
-        raise TargetError(f"Triton at {self.address} is not reachable over gRPC ({last or 'not live'})")
+        raise TargetError(
+            f"Triton at {self.address} is not reachable over gRPC ({last or 'not live'})"
+        )
 
     def model_info(self, name: str) -> ModelInfo | str:
         """ModelInfo for a ready model, or the server's reason as a string."""
+        if not self.model_ready(name):
+            return (
+                "it is not loaded (explicit model control: load it first, "
+                "or use the embedded server)"
+            )
         try:
-            if not self.client.is_model_ready(name, headers=self.headers, client_timeout=5):
-                return "it is not loaded (explicit model control: load it first, or use the embedded server)"
-            meta = self.client.get_model_metadata(name, headers=self.headers, as_json=True, client_timeout=5)
+            meta = self._call("ModelMetadata", service_pb2.ModelMetadataRequest(name=name), 5)
             cfg = self.config(name)
-        except InferenceServerException as exc:
-            return exc.message() or str(exc)
+        except ControlError as exc:
+            return str(exc)
 
-        def tensors(items: list[dict[str, Any]]) -> dict[str, tuple[str, tuple[int, ...]]]:
-            return {t["name"]: (t["datatype"], tuple(int(d) for d in t.get("shape", []))) for t in items}
+        def tensors(items: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
+            return {t.name: (t.datatype, tuple(int(d) for d in t.shape)) for t in items}
 
-        return ModelInfo(name, int(cfg.get("max_batch_size", 0)),
-                         tensors(meta.get("inputs", [])), tensors(meta.get("outputs", [])))
+        return ModelInfo(
+            name, int(cfg.get("max_batch_size", 0)), tensors(meta.inputs), tensors(meta.outputs)
+        )
 
     def config(self, name: str) -> dict[str, Any]:
-        resp = self.client.get_model_config(name, headers=self.headers, as_json=True, client_timeout=10)
-        return dict(resp.get("config", resp))
+        resp = self._call("ModelConfig", service_pb2.ModelConfigRequest(name=name), 10)
+        return MessageToDict(resp.config, preserving_proto_field_name=True)
 
     def counters(self, models: tuple[str, ...]) -> dict[str, ModelCounters]:
         out = {}
         for name in models:
             try:
-                stats = self.client.get_inference_statistics(
-                    name, headers=self.headers, as_json=True, client_timeout=10)
-            except InferenceServerException:
+                resp = self._call(
+                    "ModelStatistics", service_pb2.ModelStatisticsRequest(name=name), 10
+                )
+            except ControlError:
                 out[name] = ModelCounters()
                 continue
+            stats = MessageToDict(resp, preserving_proto_field_name=True)
             out[name] = _counters(stats.get("model_stats", []))
         return out
 
     def load(self, name: str, config: dict[str, Any] | None = None) -> None:
-        try:
-            self.client.load_model(name, headers=self.headers,
-                                   config=json.dumps(config) if config is not None else None,
-                                   client_timeout=300)
-        except InferenceServerException as exc:
-            raise ControlError(exc.message() or str(exc)) from None
+        req = service_pb2.RepositoryModelLoadRequest(model_name=name)
+        if config is not None:
+            req.parameters["config"].string_param = json.dumps(config)
+        self._call("RepositoryModelLoad", req, 300)
 
     def unload(self, name: str) -> None:
-        try:
-            self.client.unload_model(name, headers=self.headers, client_timeout=60)
-        except InferenceServerException as exc:
-            raise ControlError(exc.message() or str(exc)) from None
+        self._call(
+            "RepositoryModelUnload", service_pb2.RepositoryModelUnloadRequest(model_name=name), 60
+        )
 
     def model_ready(self, name: str) -> bool:
         try:
-            return bool(self.client.is_model_ready(name, headers=self.headers, client_timeout=5))
-        except InferenceServerException:
+            return bool(self._call("ModelReady", service_pb2.ModelReadyRequest(name=name), 5).ready)
+        except ControlError:
             return False

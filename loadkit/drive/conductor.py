@@ -54,7 +54,9 @@ def build_step_result(
         name: {
             "requests": window.successes(name),
             "errors": sum(window.errors.get(name, {}).values()),
-            "latency_us": latency_summary(window.histograms[name]) if name in window.histograms else {},
+            "latency_us": latency_summary(window.histograms[name])
+            if name in window.histograms
+            else {},
         }
         for name in batch_sizes
         if window.successes(name) or window.errors.get(name)
@@ -152,7 +154,9 @@ class Conductor:
             try:
                 run.controller.restore()
             except Exception as exc:
-                run.result.events.append({"at": utcnow(), "event": "restore_failed", "detail": str(exc)})
+                run.result.events.append(
+                    {"at": utcnow(), "event": "restore_failed", "detail": str(exc)}
+                )
             run.result.finished_at = utcnow()
             run.save(final=True)
             self.stage = "done"
@@ -189,10 +193,24 @@ class Conductor:
         run.drive.recorder.close()
         after = run.controller.counters()
         if not drained:
-            run.result.events.append({"at": utcnow(), "event": "drain_timeout", "step": step.key,
-                                      "in_flight": ctx.inflight})
-        result = build_step_result(step, window, before, after, started_at, duration,
-                                   "ok" if completed and drained else "partial", ctx.batch_sizes)
+            run.result.events.append(
+                {
+                    "at": utcnow(),
+                    "event": "drain_timeout",
+                    "step": step.key,
+                    "in_flight": ctx.inflight,
+                }
+            )
+        result = build_step_result(
+            step,
+            window,
+            before,
+            after,
+            started_at,
+            duration,
+            "ok" if completed and drained else "partial",
+            ctx.batch_sizes,
+        )
         pr.steps.append(result)
 
     def status(self) -> dict[str, Any]:

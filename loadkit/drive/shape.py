@@ -16,3 +16,12 @@ class LoadkitShape(LoadTestShape):
         run = self.runner.environment.loadkit
         run.conductor.start()
         return run.conductor.target
+
+    def reset_time(self) -> None:
+        """Locust calls this when a run starts (again, in the web UI): a finished run is
+        replaced by a fresh one, with its own report folder."""
+        super().reset_time()
+        runner = self.runner
+        run = getattr(runner.environment, "loadkit", None) if runner is not None else None
+        if run is not None and run.conductor.finished.is_set() and hasattr(run, "session"):
+            run.session.new_run()

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from typing import Any
 
-import grpc
 import numpy as np
 from tritonclient.grpc import service_pb2
 
+from loadkit.channel import make_channel
 from loadkit.scenario import DTYPES, InputSpec, RequestTemplate, TargetSpec
 
 MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
-MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 
 def input_array(spec: InputSpec, batch_size: int) -> np.ndarray:
@@ -58,22 +57,6 @@ def prepare(template: RequestTemplate) -> bytes:
     for name in template.outputs:
         req.outputs.add().name = name
     return req.SerializeToString()
-
-
-def make_channel(address: str, target: TargetSpec) -> grpc.Channel:
-    options = [
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ]
-    if target.tls is None:
-        return grpc.insecure_channel(address, options=options)
-    tls = target.tls
-    creds = grpc.ssl_channel_credentials(
-        root_certificates=tls.root_certs.read_bytes() if tls.root_certs else None,
-        private_key=tls.client_key.read_bytes() if tls.client_key else None,
-        certificate_chain=tls.client_cert.read_bytes() if tls.client_cert else None,
-    )
-    return grpc.secure_channel(address, creds, options=options)
 
 
 class Transport:

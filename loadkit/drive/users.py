@@ -55,5 +55,11 @@ class TritonUser(User):
             if window is not None:
                 window.error(name, code)
             exc = RuntimeError(f"{code}: {exc.details() if hasattr(exc, 'details') else exc}")
-        self.fire(request_type="grpc", name=name, response_time=elapsed_us / 1000.0,
-                  response_length=size, exception=exc, context=None)
+        self.fire(
+            request_type="grpc",
+            name=name,
+            response_time=elapsed_us / 1000.0,
+            response_length=size,
+            exception=exc,
+            context=None,
+        )

@@ -32,8 +32,10 @@ def _server_cell(step: dict[str, Any]) -> str:
     parts = []
     for model, s in step.get("server", {}).items():
         if s.get("success", 0) or s.get("fail", 0):
-            parts.append(f"{model}: batch {s['avg_batch']:.2f}, queue {s['queue_us']:.0f} us, "
-                         f"infer {s['compute_infer_us']:.0f} us")
+            parts.append(
+                f"{model}: batch {s['avg_batch']:.2f}, queue {s['queue_us']:.0f} us, "
+                f"infer {s['compute_infer_us']:.0f} us"
+            )
     return "; ".join(parts) or "-"
 
 
@@ -42,9 +44,12 @@ def summary_table(results: dict[str, Any]) -> str:
     out = [f"# {results['scenario_name']}: {results['status']}", ""]
     if results.get("reason"):
         out += [f"Reason: {results['reason']}", ""]
-    out += [f"Target: {results['target']}{' (embedded Triton)' if results['embedded'] else ''}. "
-            "Latencies in ms from HDR histograms (us resolution); infer/s counts successful "
-            "inferences (requests x batch size).", ""]
+    out += [
+        f"Target: {results['target']}{' (embedded Triton)' if results['embedded'] else ''}. "
+        "Latencies in ms from HDR histograms (us resolution); infer/s counts successful "
+        "inferences (requests x batch size).",
+        "",
+    ]
     for phase in results["phases"]:
         title = f"## {phase['name']}"
         if phase["status"] != "ok":
@@ -53,8 +58,10 @@ def summary_table(results: dict[str, Any]) -> str:
         if not phase["steps"]:
             out += ["No measured steps.", ""]
             continue
-        out += ["| concurrency | infer/s | p50 | p90 | p95 | p99 | p99.9 | max | errors | server |",
-                "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|"]
+        out += [
+            "| concurrency | infer/s | p50 | p90 | p95 | p99 | p99.9 | max | errors | server |",
+            "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+        ]
         for s in phase["steps"]:
             lat = s["latency_us"]
             label = _load_label(s["load"]) + (" (partial)" if s["status"] != "ok" else "")

@@ -23,10 +23,7 @@ def atomic_write(path: Path, text: str) -> None:
 
 def histograms_of(result: RunResult) -> dict[str, Any]:
     """{phase: {step index: {template: encoded HDR}}}, the data `loadkit report` re-reads."""
-    return {
-        p.name: {str(s.index): s.histograms for s in p.steps}
-        for p in result.phases
-    }
+    return {p.name: {str(s.index): s.histograms for s in p.steps} for p in result.phases}
 
 
 def write_report(out_dir: Path, result: RunResult) -> dict[str, Any]:

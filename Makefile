@@ -1,0 +1,37 @@
+# loadkit: `make demo` and `make test` work on a fresh machine (they create .venv themselves).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN     = $(VENV)/bin
+STAMP   = $(VENV)/.installed
+
+.PHONY: setup demo test lint bench soak clean models
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[embedded,dev]'
+	touch $(STAMP)
+
+# Rebuild the ONNX CNN from its fixed seed (the committed file is identical).
+models: setup
+	$(BIN)/python scripts/build_cnn_onnx.py
+
+demo: setup
+	$(BIN)/loadkit run scenarios/quickstart.yaml
+
+lint: setup
+	$(BIN)/ruff check loadkit tests scripts bench locustfile.py
+
+test: setup lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+bench: setup
+	$(BIN)/python bench/run_bench.py
+
+soak: setup
+	$(BIN)/python -m pytest -q -m soak -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache

@@ -1,0 +1,101 @@
+"""Run a loadkit scenario with plain Locust, web UI included:
+
+    locust -f loadkit/drive/locustfile.py --scenario scenarios/quickstart.yaml
+
+Without --triton-target the embedded Triton is started for the session and stopped when Locust
+quits. The scenario's phases drive the load: the user count and spawn rate fields of the web UI
+are ignored, because the shape (LoadkitShape) sets them step by step.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from locust import events
+
+import loadkit.drive  # noqa: F401  (gevent + grpc set up before any channel)
+from loadkit.control.server import ServerControl
+from loadkit.drive.shape import LoadkitShape
+from loadkit.drive.users import TritonUser
+from loadkit.errors import LoadkitError, ScenarioError
+from loadkit.run import Run
+from loadkit.scenario import check_against_models, load_scenario
+from loadkit.server import EmbeddedServer
+
+__all__ = ["LoadkitShape", "TritonUser"]
+
+
+@events.init_command_line_parser.add_listener
+def _add_arguments(parser: Any) -> None:
+    parser.add_argument("--scenario", help="loadkit scenario YAML", env_var="LOADKIT_SCENARIO")
+    parser.add_argument("--triton-target", default="", help="HOST:PORT (default: embedded Triton)")
+    parser.add_argument("--loadkit-out", default="", help="report folder (default reports/...)")
+
+
+class _Session:
+    """What the locustfile owns for the Locust process: server, control client, current run."""
+
+    def __init__(self, environment: Any):
+        opts = environment.parsed_options
+        if not opts.scenario:
+            raise LoadkitError("--scenario is required (a loadkit scenario YAML)")
+        self.scenario = load_scenario(opts.scenario)
+        self.out = opts.loadkit_out
+        self.server: EmbeddedServer | None = None
+        address = opts.triton_target or self.scenario.target.grpc
+        if not address:
+            self.server = EmbeddedServer(models=self.scenario.models).start()
+            address = self.server.grpc_address
+        self.address = address
+        self.control = ServerControl(address, self.scenario.target)
+        self.control.wait_live()
+        infos = {m: self.control.model_info(m) for m in self.scenario.models}
+        problems = check_against_models(self.scenario, infos)
+        if problems:
+            raise ScenarioError(problems)
+        self.environment = environment
+
+    def new_run(self) -> Run:
+        if self.out:
+            out = Path(self.out)
+        else:
+            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+            out = Path("reports") / f"{stamp}-{self.scenario.name}"
+        run = Run(self.scenario, self.address, self.control, out, self.server is not None)
+        run.attach(self.environment)
+        run.session = self  # type: ignore[attr-defined]
+        return run
+
+    def close(self) -> None:
+        self.control.close()
+        if self.server is not None:
+            self.server.copy_log(Path(self.environment.loadkit.out_dir) / "tritonserver.log")
+            self.server.stop()
+
+
+@events.init.add_listener
+def _on_init(environment: Any, **_: Any) -> None:
+    if environment.parsed_options is None:
+        return  # imported by `loadkit run`, which builds its own Run
+    try:
+        session = _Session(environment)
+    except ScenarioError as exc:
+        for p in exc.problems:
+            print(p, file=sys.stderr)
+        sys.exit(2)
+    except LoadkitError as exc:
+        print(f"loadkit: {exc}", file=sys.stderr)
+        sys.exit(2)
+    session.new_run()
+
+    @environment.events.quitting.add_listener
+    def _on_quit(**_: Any) -> None:
+        run = environment.loadkit
+        if run.conductor.greenlet is not None and not run.conductor.finished.is_set():
+            run.conductor.abort("Locust quit", 0)
+            run.conductor.finished.wait(30)
+        session.close()
+        print(f"loadkit report: {run.out_dir}", file=sys.stderr)

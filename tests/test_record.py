@@ -1,0 +1,51 @@
+"""HDR recording: integer microseconds, ordered percentiles, lossless encode/decode,
+no silent drops."""
+
+from __future__ import annotations
+
+from loadkit.plan import Step
+from loadkit.record import HIGHEST_US, StepWindow, decode, latency_summary, new_histogram
+
+
+def step() -> Step:
+    return Step(0, "p", 0, 1, 0.0, 1.0)
+
+
+def test_percentiles_are_microseconds_with_3_digits() -> None:
+    w = StepWindow(step())
+    for v in range(1, 10_001):  # 1 us .. 10 ms
+        w.record("a", v)
+    s = latency_summary(w.merged())
+    assert s["p50"] == 5003.0  # 3 significant digits: within 0.1 % of 5000
+    assert abs(s["p99"] - 9900) <= 10
+    assert s["p50"] <= s["p90"] <= s["p95"] <= s["p99"] <= s["p999"] <= s["max"]
+
+
+def test_encode_decode_round_trip_and_merge() -> None:
+    w = StepWindow(step())
+    for v in (120, 250, 999, 1500, 40_000):
+        w.record("a", v)
+        w.record("b", v * 2)
+    decoded = {k: decode(v) for k, v in w.encoded().items()}
+    merged = new_histogram()
+    for h in decoded.values():
+        merged.add(h)
+    assert merged.get_total_count() == 10
+    assert latency_summary(merged) == latency_summary(w.merged())
+
+
+def test_out_of_range_values_are_counted_not_dropped_silently() -> None:
+    w = StepWindow(step())
+    w.record("a", HIGHEST_US * 10)
+    w.record("a", 0)  # clamps to the lowest trackable value, 1 us
+    assert w.out_of_range == 1
+    assert w.successes("a") == 1
+
+
+def test_errors_are_counted_by_code_not_recorded() -> None:
+    w = StepWindow(step())
+    w.error("a", "UNAVAILABLE")
+    w.error("a", "UNAVAILABLE")
+    w.error("b", "DEADLINE_EXCEEDED")
+    assert w.error_count() == 3
+    assert w.successes() == 0

@@ -1,0 +1,201 @@
+"""End to end against the real embedded Triton: every request accounted for, the mix honoured,
+HDR percentiles in microseconds, errors counted by gRPC status, and exits that never hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, dense_cnn, loadkit, results, write
+
+from loadkit.record import decode
+
+TEMPLATE_MODEL = {"dense_b1": "dense", "cnn_b4": "cnn"}
+
+
+def assert_accounted(step: dict) -> None:
+    """Client-side successes per model == the server's success delta for that model."""
+    per_model: dict[str, int] = {}
+    for name, c in step["client"].items():
+        per_model[TEMPLATE_MODEL[name]] = per_model.get(TEMPLATE_MODEL[name], 0) + c["requests"]
+    for model, n in per_model.items():
+        assert step["server"][model]["success"] == n, (model, step["server"][model], n)
+    assert sum(per_model.values()) == step["requests"]
+
+
+@pytest.fixture(scope="module")
+def mix_run(triton, tmp_path_factory) -> dict:
+    tmp = tmp_path_factory.mktemp("mix")
+    scen = write(tmp / "mix.yaml", dense_cnn(name="mix", conc="[2, 4]", dur="4s"))
+    out = tmp / "report"
+    proc = loadkit("run", str(scen), "--target", triton.grpc_address, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    return {"out": out, "proc": proc, "results": results(out)}
+
+
+def test_every_request_is_accounted_for(mix_run) -> None:
+    steps = mix_run["results"]["phases"][0]["steps"]
+    assert [s["load"]["concurrency"] for s in steps] == [2, 4]
+    for step in steps:
+        assert step["requests"] > 500
+        assert step["errors"] == {}
+        assert_accounted(step)
+        for model in ("dense", "cnn"):
+            assert step["server"][model]["fail"] == 0
+
+
+def test_mix_lands_near_70_30_by_server_counts(mix_run) -> None:
+    dense = sum(s["server"]["dense"]["success"] for s in mix_run["results"]["phases"][0]["steps"])
+    cnn = sum(s["server"]["cnn"]["success"] for s in mix_run["results"]["phases"][0]["steps"])
+    assert abs(dense / (dense + cnn) - 0.70) < 0.03
+
+
+def test_percentiles_are_ordered_microseconds(mix_run) -> None:
+    for step in mix_run["results"]["phases"][0]["steps"]:
+        lat = step["latency_us"]
+        order = [lat[k] for k in ("p50", "p90", "p95", "p99", "p999", "max")]
+        assert order == sorted(order)
+        assert lat["p50"] > 50  # microseconds: a gRPC round trip is far above 50 us
+        assert any(v % 1000 for v in order)  # not whole milliseconds
+        inferences = (
+            step["client"]["dense_b1"]["requests"] + 4 * step["client"]["cnn_b4"]["requests"]
+        )
+        assert step["inferences"] == inferences
+        assert step["throughput"] == pytest.approx(inferences / step["duration_s"], rel=1e-3)
+
+
+def test_report_files_and_saved_histograms(mix_run) -> None:
+    out: Path = mix_run["out"]
+    for name in ("results.json", "summary.md", "histograms.json", "loadkit.log"):
+        assert (out / name).exists(), name
+    hist = json.loads((out / "histograms.json").read_text())
+    for step in mix_run["results"]["phases"][0]["steps"]:
+        saved = hist["only"][str(step["index"])]
+        assert sum(decode(v).get_total_count() for v in saved.values()) == step["requests"]
+    summary = (out / "summary.md").read_text()
+    assert "| concurrency | infer/s | p50 | p90 | p95 | p99 | p99.9 | max | errors |" in summary
+    assert "report:" in mix_run["proc"].stdout
+
+
+def test_requests_to_a_missing_model_are_counted_as_errors(triton, control, tmp_path) -> None:
+    scen = write(tmp_path / "m.yaml", dense_cnn(name="missing", w1=50, w2=50, conc="4", dur="5s"))
+    out = tmp_path / "r"
+
+    def unload_then_reload() -> None:
+        time.sleep(3.0)
+        control.unload("cnn")
+        time.sleep(2.0)
+        control.load("cnn")
+
+    t = threading.Thread(target=unload_then_reload)
+    t.start()
+    try:
+        proc = loadkit("run", str(scen), "--target", triton.grpc_address, "--out", str(out))
+    finally:
+        t.join()
+    assert proc.returncode == 0, proc.stderr
+    step = results(out)["phases"][0]["steps"][0]
+    assert step["errors"], "unloading cnn mid-step must produce counted errors"
+    assert all(code.isupper() for code in step["errors"])  # gRPC status names
+    assert step["client"]["cnn_b4"]["errors"] == sum(step["errors"].values())
+    # dense was untouched: its accounting stays exact
+    assert step["server"]["dense"]["success"] == step["client"]["dense_b1"]["requests"]
+
+
+def _triton_processes() -> int:
+    out = subprocess.run(["pgrep", "-fc", "bin/tritonserver"], capture_output=True, text=True)
+    return int(out.stdout.strip() or 0)
+
+
+def test_default_run_starts_and_stops_embedded_server_repeatedly(tmp_path) -> None:
+    """Exit must never hang: three full `loadkit run`s with the embedded server, each bounded."""
+    scen = write(tmp_path / "q.yaml", dense_cnn(name="exit", conc="2", dur="1s"))
+    before = _triton_processes()
+    for i in range(3):
+        out = tmp_path / f"r{i}"
+        t0 = time.monotonic()
+        proc = loadkit("run", str(scen), "--out", str(out), "--quiet", timeout=90)
+        assert proc.returncode == 0, proc.stderr
+        assert time.monotonic() - t0 < 60
+        data = results(out)
+        assert data["embedded"] is True and data["status"] == "complete"
+        assert (out / "tritonserver.log").stat().st_size > 0
+        assert_accounted(data["phases"][0]["steps"][0])
+        assert _triton_processes() == before
+
+
+def test_plain_locust_headless_runs_the_scenario_and_exits(triton, tmp_path) -> None:
+    scen = write(tmp_path / "l.yaml", dense_cnn(name="plain", conc="[1, 3]", dur="2s"))
+    for i in range(2):
+        out = tmp_path / f"r{i}"
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "locust",
+                "-f",
+                str(ROOT / "locustfile.py"),
+                "--headless",
+                "--scenario",
+                str(scen),
+                "--triton-target",
+                triton.grpc_address,
+                "--loadkit-out",
+                str(out),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            cwd=tmp_path,
+        )
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        steps = results(out)["phases"][0]["steps"]
+        assert [s["load"]["concurrency"] for s in steps] == [1, 3]
+        for s in steps:
+            assert_accounted(s)
+
+
+def test_sigint_mid_step_keeps_completed_steps_and_exits_130(triton, tmp_path) -> None:
+    scen = write(tmp_path / "i.yaml", dense_cnn(name="intr", conc="[2, 4]", dur="4s"))
+    out = tmp_path / "r"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "loadkit",
+            "run",
+            str(scen),
+            "--target",
+            triton.grpc_address,
+            "--out",
+            str(out),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:  # wait for step 1 to be on disk, then interrupt step 2
+        if (out / "results.json").exists() and len(results(out)["phases"][0]["steps"]) == 1:
+            break
+        time.sleep(0.1)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    data = results(out)
+    assert data["status"] == "interrupted"
+    steps = data["phases"][0]["steps"]
+    assert steps[0]["status"] == "ok"
+    assert steps[1]["status"] == "partial"
+    for s in steps:
+        assert_accounted(s)
