@@ -22,13 +22,13 @@ demo: setup
 	$(BIN)/loadkit run scenarios/quickstart.yaml
 
 lint: setup
-	$(BIN)/ruff check loadkit tests scripts bench locustfile.py
+	$(BIN)/ruff check loadkit tests scripts locustfile.py
 
 test: setup lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 bench: setup
-	$(BIN)/python bench/run_bench.py
+	@echo 'make bench: not written yet (issue 4: loadkit vs perf_analyzer side by side)'; exit 1
 
 soak: setup
 	$(BIN)/python -m pytest -q -m soak -p no:cacheprovider
