@@ -1,0 +1,46 @@
+"""Config overlays against the real embedded Triton: applied and read back, batching visible in
+the server's own statistics, a rejected overlay fails only its phase, and the model is restored."""
+
+from __future__ import annotations
+
+from conftest import loadkit, results, write
+
+SCENARIO = """
+name: ctl
+requests:
+  d: {model: dense, inputs: {INPUT0: {dtype: FP32, shape: [256]}}}
+phases:
+  - name: baseline
+    load: {concurrency: 8, step_duration: 2s, warmup: 0.5s}
+  - name: batching
+    load: {concurrency: 8, step_duration: 2s, warmup: 0.5s}
+    config:
+      dense:
+        dynamic_batching: {preferred_batch_size: [4, 8], max_queue_delay_microseconds: 500}
+  - name: gpu
+    load: {concurrency: 8, step_duration: 1s, warmup: 0.2s}
+    config:
+      dense:
+        instance_group: [{count: 1, kind: KIND_GPU}]
+"""
+
+
+def test_overlay_applied_read_back_failed_and_restored(triton, control, tmp_path) -> None:
+    assert "dynamic_batching" not in control.config("dense")
+    out = tmp_path / "r"
+    proc = loadkit("run", str(write(tmp_path / "c.yaml", SCENARIO)), "--target",
+                   triton.grpc_address, "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    base, batching, gpu = results(out)["phases"]
+    assert "dynamic_batching" not in base["config"]["dense"]
+    assert batching["config"]["dense"]["dynamic_batching"]["preferred_batch_size"] == [4, 8]
+    assert batching["reload_s"]["dense"] > 0
+    assert base["steps"][0]["server"]["dense"]["avg_batch"] == 1.0
+    assert batching["steps"][0]["server"]["dense"]["avg_batch"] > 1.0
+    for phase in (base, batching):
+        s = phase["steps"][0]
+        assert s["server"]["dense"]["success"] == s["requests"]
+    assert gpu["status"] == "failed" and gpu["reason"].startswith("dense:")
+    assert gpu["steps"] == []
+    assert control.model_ready("dense")  # Triton kept the last good config serving
+    assert "dynamic_batching" not in control.config("dense")  # restored after the run
