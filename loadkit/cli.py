@@ -129,7 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         if server is not None:
             server.stop()
-    print(run.last_report and _summary(out_dir))
+    print(_summary(out_dir))
     print(f"report: {out_dir}")
     return code
 

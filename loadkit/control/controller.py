@@ -90,8 +90,7 @@ class Controller:
                         "detail": str(exc),
                     }
                 )
-                # Triton keeps the last good config loaded; remember we are not on `overlay`.
-                self.applied.pop(model, None) if not overlay else None
+                # Triton keeps the last good config loaded, which is what `applied` records.
                 return
             self.applied[model] = overlay
             self.events.append(
