@@ -112,7 +112,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"embedded Triton ready: grpc {address}, metrics {server.metrics_url}",
                 file=sys.stderr,
             )
-        control = ServerControl(address, scenario.target)
+        metrics_url = args.metrics or (server.metrics_url if server is not None else None)
+        control = ServerControl(address, scenario.target, metrics_url)
         try:
             control.wait_live(timeout_s=10)
             infos = {m: control.model_info(m) for m in scenario.models}
@@ -235,6 +236,10 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run a scenario headless and write a report")
     r.add_argument("scenario")
     r.add_argument("--target", help="HOST:PORT of a Triton gRPC endpoint (default: embedded)")
+    r.add_argument(
+        "--metrics", help="Triton's Prometheus URL, e.g. http://127.0.0.1:8002/metrics "
+        "(default: target.metrics, or the embedded server's)"
+    )
     r.add_argument("--out", help="report folder (default reports/<UTC timestamp>-<name>/)")
     r.add_argument("--seed", type=int, default=0, help="seed for the request mix (default 0)")
     r.add_argument("--quiet", action="store_true", help="no progress lines")

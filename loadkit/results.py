@@ -26,6 +26,7 @@ class StepResult:
     latency_us: dict[str, float]
     client: dict[str, dict[str, Any]]
     server: dict[str, dict[str, Any]]
+    metrics: dict[str, Any] = field(default_factory=dict)
     histograms: dict[str, str] = field(default_factory=dict)
     out_of_range: int = 0
 

@@ -81,6 +81,7 @@ class TargetSpec:
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     timeout_s: float = 10.0
     secret_values: tuple[str, ...] = field(default=(), repr=False)
+    metrics: str | None = None  # Prometheus endpoint; the embedded server supplies its own
 
 
 @dataclass(frozen=True)
@@ -400,7 +401,7 @@ def _template(ck: _Checker, name: str, raw: Any, path: KeyPath) -> RequestTempla
 
 def _target(ck: _Checker, raw: Any) -> TargetSpec:
     path: KeyPath = ("target",)
-    m = ck.mapping(raw, path, ("grpc", "tls", "headers", "timeout"))
+    m = ck.mapping(raw, path, ("grpc", "tls", "headers", "timeout", "metrics"))
     if m is None:
         return TargetSpec()
     grpc_addr = None
@@ -434,7 +435,18 @@ def _target(ck: _Checker, raw: Any) -> TargetSpec:
                     continue
                 headers.append((k.lower(), ck.env(v, (*path, "headers", k))))
     timeout = ck.duration(m["timeout"], (*path, "timeout"), False) if "timeout" in m else 10.0
-    return TargetSpec(grpc_addr, tls, tuple(headers), timeout or 10.0, tuple(ck.secrets))
+    metrics = None
+    if "metrics" in m:
+        metrics = ck.string(m["metrics"], (*path, "metrics"), "a URL such as http://host:8002/metrics")
+        if metrics and not re.match(r"^https?://[^\s/]+(/\S*)?$", metrics):
+            ck.add(
+                (*path, "metrics"),
+                f"expected a URL such as http://127.0.0.1:8002/metrics; found {metrics!r}",
+            )
+            metrics = None
+    return TargetSpec(
+        grpc_addr, tls, tuple(headers), timeout or 10.0, tuple(ck.secrets), metrics
+    )
 
 
 def _load(ck: _Checker, raw: Any, path: KeyPath) -> ConcurrencyLoad | None:

@@ -124,7 +124,7 @@ class EmbeddedServer:
             f"--metrics-address={self.host}",
             f"--metrics-port={self.metrics_port}",
             "--allow-metrics=true",
-            "--allow-gpu-metrics=false",
+            "--allow-gpu-metrics=true",
             "--metrics-interval-ms=1000",
             "--exit-timeout-secs=5",
             "--log-verbose=0",

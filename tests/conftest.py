@@ -28,7 +28,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedServer:
 
 @pytest.fixture
 def control(triton: EmbeddedServer) -> ServerControl:
-    ctl = ServerControl(triton.grpc_address)
+    ctl = ServerControl(triton.grpc_address, metrics_url=triton.metrics_url)
     yield ctl
     ctl.close()
 

@@ -29,7 +29,7 @@ def test_overlay_applied_read_back_failed_and_restored(triton, control, tmp_path
     assert "dynamic_batching" not in control.config("dense")
     out = tmp_path / "r"
     proc = loadkit("run", str(write(tmp_path / "c.yaml", SCENARIO)), "--target",
-                   triton.grpc_address, "--out", str(out))
+                   triton.grpc_address, "--metrics", triton.metrics_url, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     base, batching, gpu = results(out)["phases"]
     assert "dynamic_batching" not in base["config"]["dense"]
@@ -40,6 +40,9 @@ def test_overlay_applied_read_back_failed_and_restored(triton, control, tmp_path
     for phase in (base, batching):
         s = phase["steps"][0]
         assert s["server"]["dense"]["success"] == s["requests"]
+        # Prometheus counters (parsed by prometheus_client) agree with the statistics API.
+        assert s["metrics"]["models"]["dense"]["request_success"] == s["requests"]
+        assert "nv_cpu_utilization" in s["metrics"]["gauges"]
     assert gpu["status"] == "failed" and gpu["reason"].startswith("dense:")
     assert gpu["steps"] == []
     assert control.model_ready("dense")  # Triton kept the last good config serving

@@ -8,16 +8,24 @@ accumulate from phase to phase. Every model touched is restored at the end, also
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 from loadkit.control.config import local_problems, merge
+from loadkit.control.metrics import MetricsSnapshot
 from loadkit.control.server import ModelCounters, ServerControl
 from loadkit.errors import ControlError
 from loadkit.plan import PhasePlan
 from loadkit.results import PhaseResult
 
 READY_TIMEOUT_S = 120.0
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    counters: dict[str, ModelCounters]
+    metrics: MetricsSnapshot
 
 
 def _now() -> str:
@@ -45,6 +53,10 @@ class Controller:
 
     def counters(self) -> dict[str, ModelCounters]:
         return self.control.counters(self.models)
+
+    def snapshot(self) -> Snapshot:
+        """Statistics and metrics together, taken while nothing is in flight."""
+        return Snapshot(self.control.counters(self.models), self.control.metrics())
 
     def _original(self, model: str) -> dict[str, Any]:
         if model not in self.original:

@@ -17,6 +17,7 @@ from google.protobuf.json_format import MessageToDict
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from loadkit.channel import make_channel
+from loadkit.control.metrics import MetricsSnapshot, scrape
 from loadkit.errors import ControlError, TargetError
 from loadkit.scenario import ModelInfo, TargetSpec
 
@@ -102,9 +103,12 @@ class ServerControl:
     directly and closes its channel exactly once.
     """
 
-    def __init__(self, address: str, target: TargetSpec | None = None):
+    def __init__(
+        self, address: str, target: TargetSpec | None = None, metrics_url: str | None = None
+    ):
         self.address = address
         target = target or TargetSpec()
+        self.metrics_url = metrics_url or target.metrics
         self.metadata = tuple(target.headers) or None
         self.channel = make_channel(address, target)
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
@@ -186,6 +190,11 @@ class ServerControl:
         self._call(
             "RepositoryModelUnload", service_pb2.RepositoryModelUnloadRequest(model_name=name), 60
         )
+
+    def metrics(self) -> MetricsSnapshot:
+        if not self.metrics_url:
+            return MetricsSnapshot(error="no metrics endpoint configured (target.metrics)")
+        return scrape(self.metrics_url)
 
     def model_ready(self, name: str) -> bool:
         try:

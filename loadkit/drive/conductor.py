@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from gevent.event import Event
 
-from loadkit.control.server import ModelCounters, diff_counters
+from loadkit.control.controller import Snapshot
+from loadkit.control.metrics import diff_metrics
+from loadkit.control.server import diff_counters
 from loadkit.plan import Step
 from loadkit.record import StepWindow, latency_summary
 from loadkit.results import PhaseResult, StepResult
@@ -36,8 +38,8 @@ def utcnow() -> str:
 def build_step_result(
     step: Step,
     window: StepWindow,
-    before: dict[str, ModelCounters] | None,
-    after: dict[str, ModelCounters] | None,
+    before: Snapshot | None,
+    after: Snapshot | None,
     started_at: str,
     duration_s: float,
     status: str,
@@ -62,8 +64,14 @@ def build_step_result(
         if window.successes(name) or window.errors.get(name)
     }
     server: dict[str, Any] = {}
+    metrics: dict[str, Any] = {}
     if before is not None and after is not None:
-        server = {m: diff_counters(before[m], after[m]) for m in after if m in before}
+        server = {
+            m: diff_counters(before.counters[m], after.counters[m])
+            for m in after.counters
+            if m in before.counters
+        }
+        metrics = diff_metrics(before.metrics, after.metrics, tuple(after.counters))
     return StepResult(
         phase=step.phase,
         index=step.index,
@@ -79,6 +87,7 @@ def build_step_result(
         latency_us=latency_summary(merged),
         client=client,
         server=server,
+        metrics=metrics,
         histograms=window.encoded(),
         out_of_range=window.out_of_range,
     )
@@ -181,7 +190,7 @@ class Conductor:
         if step.warmup_s > 0 and not self._sleep(step.warmup_s):
             return
         ctx.close_gate(drain_s)
-        before = run.controller.counters()
+        before = run.controller.snapshot()
         window = run.drive.recorder.open(step)
         started_at = utcnow()
         self._set_stage("measuring", step.duration_s)
@@ -191,7 +200,7 @@ class Conductor:
         drained = ctx.close_gate(drain_s)
         duration = time.monotonic() - t0
         run.drive.recorder.close()
-        after = run.controller.counters()
+        after = run.controller.snapshot()
         if not drained:
             run.result.events.append(
                 {

@@ -50,7 +50,9 @@ class _Session:
             self.server = EmbeddedServer(models=self.scenario.models).start()
             address = self.server.grpc_address
         self.address = address
-        self.control = ServerControl(address, self.scenario.target)
+        self.control = ServerControl(
+            address, self.scenario.target, self.server.metrics_url if self.server else None
+        )
         self.control.wait_live()
         infos = {m: self.control.model_info(m) for m in self.scenario.models}
         problems = check_against_models(self.scenario, infos)
