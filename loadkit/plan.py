@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadkit.scenario import Scenario
+from loadkit.scenario import Requirements, Scenario
 
 
 @dataclass(frozen=True)
@@ -36,6 +36,7 @@ class PhasePlan:
     name: str
     steps: tuple[Step, ...]
     config: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requires: Requirements = Requirements()
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,10 @@ class Plan:
             levels = ", ".join(str(s.concurrency) for s in p.steps)
             first = p.steps[0]
             cfg = f"; config overlay for {', '.join(p.config)}" if p.config else ""
+            if p.requires.gpu or p.requires.files:
+                needs = ["a GPU"] if p.requires.gpu else []
+                needs += [f.name for f in p.requires.files]
+                cfg += f"; needs {', '.join(needs)}"
             lines.append(
                 f"  {p.index + 1}. {p.name}: concurrency {levels}; each step "
                 f"{first.warmup_s:g} s warm-up + {first.duration_s:g} s measured{cfg}"
@@ -79,5 +84,5 @@ def build_plan(scenario: Scenario) -> Plan:
             Step(i, ph.name, j, c, ph.load.warmup_s, ph.load.step_duration_s)
             for j, c in enumerate(ph.load.levels)
         )
-        phases.append(PhasePlan(i, ph.name, steps, ph.config))
+        phases.append(PhasePlan(i, ph.name, steps, ph.config, ph.requires))
     return Plan(scenario.name, tuple(phases), scenario.think_time_s)

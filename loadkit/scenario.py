@@ -95,10 +95,19 @@ class ConcurrencyLoad:
 
 
 @dataclass(frozen=True)
+class Requirements:
+    """What a phase needs from the host; unmet, the phase is skipped with a reason, not failed."""
+
+    gpu: bool = False
+    files: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
 class PhaseSpec:
     name: str
     load: ConcurrencyLoad
     config: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requires: Requirements = Requirements()
 
 
 @dataclass(frozen=True)
@@ -479,7 +488,7 @@ def _phases(ck: _Checker, raw: Any) -> tuple[PhaseSpec, ...]:
     names: set[str] = set()
     for i, item in enumerate(raw):
         p: KeyPath = ("phases", i)
-        m = ck.mapping(item, p, ("name", "load", "config"), ("name", "load"))
+        m = ck.mapping(item, p, ("name", "load", "config", "requires"), ("name", "load"))
         if m is None:
             continue
         name = ck.string(m.get("name"), (*p, "name"), "a phase name") if "name" in m else None
@@ -504,9 +513,40 @@ def _phases(ck: _Checker, raw: Any) -> tuple[PhaseSpec, ...]:
                         ck.add((*p, "config", model, *sub), msg)
                     if isinstance(overlay, dict):
                         config[model] = overlay
+        requires = _requires(ck, m.get("requires"), (*p, "requires"), config)
         if name and load:
-            out.append(PhaseSpec(name, load, config))
+            out.append(PhaseSpec(name, load, config, requires))
     return tuple(out)
+
+
+def _requires(
+    ck: _Checker, raw: Any, path: KeyPath, config: dict[str, dict[str, Any]]
+) -> Requirements:
+    """`requires: {gpu: true, files: [...]}`; a KIND_GPU overlay implies gpu: true."""
+    from loadkit.control.config import needs_gpu  # pure
+
+    gpu = any(needs_gpu(overlay) for overlay in config.values())
+    files: list[Path] = []
+    if raw is None:
+        return Requirements(gpu)
+    m = ck.mapping(raw, path, ("gpu", "files"))
+    if m is None:
+        return Requirements(gpu)
+    if "gpu" in m:
+        if not isinstance(m["gpu"], bool):
+            ck.add((*path, "gpu"), f"expected true or false; found {_found(m['gpu'])}")
+        else:
+            gpu = gpu or m["gpu"]
+    if "files" in m:
+        names = m["files"]
+        if not isinstance(names, list):
+            ck.add((*path, "files"), f"expected a list of file paths; found {_found(names)}")
+        else:
+            for i, name in enumerate(names):
+                text = ck.string(name, (*path, "files", i), "a file path")
+                if text:  # relative to the scenario file; absence skips the phase at run time
+                    files.append((ck.base_dir / text).resolve())
+    return Requirements(gpu, tuple(files))
 
 
 def _mix(ck: _Checker, raw: Any, names: list[str]) -> dict[str, float]:

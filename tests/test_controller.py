@@ -17,11 +17,19 @@ phases:
     config:
       dense:
         dynamic_batching: {preferred_batch_size: [4, 8], max_queue_delay_microseconds: 500}
+  - name: rejected
+    load: {concurrency: 8, step_duration: 1s, warmup: 0.2s}
+    config:
+      dense:
+        dynamic_batching: {priority_levels: 2, default_priority_level: 5}
   - name: gpu
     load: {concurrency: 8, step_duration: 1s, warmup: 0.2s}
     config:
       dense:
         instance_group: [{count: 1, kind: KIND_GPU}]
+  - name: plan
+    load: {concurrency: 8, step_duration: 1s, warmup: 0.2s}
+    requires: {files: [no_such/model.plan]}
 """
 
 
@@ -31,7 +39,7 @@ def test_overlay_applied_read_back_failed_and_restored(triton, control, tmp_path
     proc = loadkit("run", str(write(tmp_path / "c.yaml", SCENARIO)), "--target",
                    triton.grpc_address, "--metrics", triton.metrics_url, "--out", str(out))
     assert proc.returncode == 0, proc.stderr
-    base, batching, gpu = results(out)["phases"]
+    base, batching, rejected, gpu, plan = results(out)["phases"]
     assert "dynamic_batching" not in base["config"]["dense"]
     assert batching["config"]["dense"]["dynamic_batching"]["preferred_batch_size"] == [4, 8]
     assert batching["reload_s"]["dense"] > 0
@@ -43,7 +51,11 @@ def test_overlay_applied_read_back_failed_and_restored(triton, control, tmp_path
         # Prometheus counters (parsed by prometheus_client) agree with the statistics API.
         assert s["metrics"]["models"]["dense"]["request_success"] == s["requests"]
         assert "nv_cpu_utilization" in s["metrics"]["gauges"]
-    assert gpu["status"] == "failed" and gpu["reason"].startswith("dense:")
-    assert gpu["steps"] == []
+    assert rejected["status"] == "failed" and rejected["reason"].startswith("dense: ")
+    assert rejected["steps"] == []
+    # Requirements the host lacks skip the phase with the reason; they are not failures.
+    assert gpu["status"] == "skipped" and "no GPU" in gpu["reason"], gpu
+    assert plan["status"] == "skipped" and "model.plan" in plan["reason"], plan
+    assert gpu["steps"] == plan["steps"] == []
     assert control.model_ready("dense")  # Triton kept the last good config serving
     assert "dynamic_batching" not in control.config("dense")  # restored after the run

@@ -131,6 +131,18 @@ def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def needs_gpu(overlay: dict[str, Any]) -> bool:
+    """An overlay that asks for GPU instances or a GPU execution accelerator."""
+    groups = overlay.get("instance_group", [])
+    if isinstance(groups, list) and any(
+        isinstance(g, dict) and g.get("kind") == "KIND_GPU" for g in groups
+    ):
+        return True
+    opt = overlay.get("optimization", {})
+    accel = opt.get("execution_accelerators", {}) if isinstance(opt, dict) else {}
+    return isinstance(accel, dict) and bool(accel.get("gpu_execution_accelerator"))
+
+
 def local_problems(config: dict[str, Any]) -> list[str]:
     """Mistakes Triton would catch only at load time (or not at all), caught before sending."""
     problems = []

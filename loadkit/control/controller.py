@@ -78,8 +78,26 @@ class Controller:
             time.sleep(0.05)
         return round(time.monotonic() - t0, 3)
 
+    def unmet(self, phase: PhasePlan) -> str:
+        """Why this phase cannot run on this host ('' when it can)."""
+        missing = [str(f) for f in phase.requires.files if not f.is_file()]
+        if missing:
+            return f"skipped: file not found: {', '.join(missing)}"
+        if phase.requires.gpu:
+            snap = self.control.metrics()
+            if not snap.error and not snap.has_gpu:
+                return "skipped: no GPU (the server's metrics report none)"
+        return ""
+
     def apply_phase(self, phase: PhasePlan, result: PhaseResult) -> None:
         """Bring every touched model to original + this phase's overlay; mark failures."""
+        reason = self.unmet(phase)
+        if reason:
+            result.status, result.reason = "skipped", reason
+            self.events.append(
+                {"at": _now(), "event": "phase_skipped", "phase": phase.name, "detail": reason}
+            )
+            return
         for model in set(self.applied) | set(phase.config):
             overlay = phase.config.get(model, {})
             if self.applied.get(model, {}) == overlay:
