@@ -35,7 +35,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from loadkit.scenario import check_against_models, load_scenario
 
     scenario = load_scenario(args.scenario)
-    address = args.target or scenario.target.grpc
+    address = None if args.offline else args.target or scenario.target.grpc
     if address:
         from loadkit.control.server import ServerControl
 
@@ -47,7 +47,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
             raise ScenarioError(problems)
         checked = f"checked against the models on {address}"
     else:
-        checked = "checked offline (no server given; use --target to check model metadata)"
+        checked = "checked offline (no server asked; use --target to check model metadata)"
     print(f"{args.scenario}: OK, {checked}")
     print(build_plan(scenario).describe())
     return EXIT_OK
@@ -226,12 +226,43 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_SIGINT if stop["signal"] == signal.SIGINT else EXIT_SIGTERM
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from loadkit.report import render
+
+    run_dir = Path(args.run)
+    md = render(run_dir)
+    print(md, end="")
+    print(f"report: {run_dir / 'report.html'}", file=sys.stderr)
+    return EXIT_OK
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from loadkit.report import read_run, render_comparison
+
+    runs = []
+    labels = args.labels.split(",") if args.labels else [Path(r).name for r in args.runs]
+    if len(labels) != len(args.runs) or len(set(labels)) != len(labels):
+        _err(f"--labels needs {len(args.runs)} distinct names; found {args.labels!r}")
+        return EXIT_BAD_INPUT
+    for label, run_dir in zip(labels, args.runs, strict=True):
+        results, hists = read_run(Path(run_dir))
+        runs.append((label, results, hists))
+    out = Path(args.out) if args.out else None
+    print(render_comparison(runs, out, title=" vs ".join(labels)), end="")
+    if out is not None:
+        print(f"report: {out / 'report.html'}", file=sys.stderr)
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="loadkit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     v = sub.add_parser("validate", help="validate a scenario and print its plan")
     v.add_argument("scenario")
     v.add_argument("--target", help="HOST:PORT of a Triton gRPC endpoint to check models against")
+    v.add_argument(
+        "--offline", action="store_true", help="do not contact the scenario's target server"
+    )
     v.set_defaults(func=cmd_validate)
     r = sub.add_parser("run", help="run a scenario headless and write a report")
     r.add_argument("scenario")
@@ -244,6 +275,18 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--seed", type=int, default=0, help="seed for the request mix (default 0)")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     r.set_defaults(func=cmd_run)
+    rp = sub.add_parser(
+        "report", help="re-render comparison.md, plots and report.html of a run folder"
+    )
+    rp.add_argument("run", help="a report folder written by `loadkit run`")
+    rp.set_defaults(func=cmd_report)
+    c = sub.add_parser("compare", help="compare the phases of two or more runs")
+    c.add_argument(
+        "runs", nargs="+", metavar="RUN", help="report folders (the first is the reference)"
+    )
+    c.add_argument("--labels", help="comma-separated names for the runs (default: folder names)")
+    c.add_argument("--out", help="write comparison.md, plots and report.html here")
+    c.set_defaults(func=cmd_compare)
     s = sub.add_parser("serve", help="run the embedded Triton in the foreground")
     s.add_argument(
         "--model-repository",

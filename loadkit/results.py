@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+RESULTS_FORMAT = "loadkit.results/1"
 
 @dataclass
 class StepResult:
@@ -71,7 +72,7 @@ class RunResult:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "format": "loadkit.results/1",
+            "format": RESULTS_FORMAT,
             "scenario_name": self.scenario_name,
             "scenario": self.scenario,
             "target": self.target,

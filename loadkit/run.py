@@ -6,6 +6,7 @@ users, the shape and the conductor find it there instead of in module globals.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -14,9 +15,11 @@ from loadkit.control.server import ServerControl
 from loadkit.drive.conductor import Conductor, utcnow
 from loadkit.drive.context import DriveContext
 from loadkit.plan import Plan, build_plan
-from loadkit.report import write_report
+from loadkit.report import render, write_report
 from loadkit.results import RunResult
 from loadkit.scenario import Scenario
+
+log = logging.getLogger(__name__)
 
 
 class Run:
@@ -50,3 +53,13 @@ class Run:
 
     def save(self, final: bool = False) -> None:
         self.last_report = write_report(self.out_dir, self.result)
+        if not final:
+            return
+        try:
+            render(self.out_dir)
+        except Exception as exc:  # results.json is safe on disk; say why the rest is missing
+            log.exception("rendering the comparison report failed")
+            self.result.events.append(
+                {"at": utcnow(), "event": "report_render_failed", "detail": repr(exc)}
+            )
+            self.last_report = write_report(self.out_dir, self.result)

@@ -31,7 +31,12 @@ __all__ = ["LoadkitShape", "TritonUser"]
 @events.init_command_line_parser.add_listener
 def _add_arguments(parser: Any) -> None:
     parser.add_argument("--scenario", help="loadkit scenario YAML", env_var="LOADKIT_SCENARIO")
-    parser.add_argument("--triton-target", default="", help="HOST:PORT (default: embedded Triton)")
+    parser.add_argument(
+        "--triton-target",
+        default="",
+        help="HOST:PORT (default: embedded Triton)",
+        env_var="LOADKIT_TARGET",
+    )
     parser.add_argument("--loadkit-out", default="", help="report folder (default reports/...)")
 
 

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-
-def ms(us: float) -> str:
-    """Microseconds as milliseconds with enough decimals to mean something."""
-    v = us / 1000.0
-    if v >= 100:
-        return f"{v:.1f}"
-    if v >= 10:
-        return f"{v:.2f}"
-    return f"{v:.3f}"
+from loadkit.report.compare import Comparison, highlights, load_label
+from loadkit.report.units import ms
 
 
 def _errors(step: dict[str, Any]) -> str:
@@ -20,12 +13,6 @@ def _errors(step: dict[str, Any]) -> str:
     if not errs:
         return "0"
     return ", ".join(f"{code} {n}" for code, n in sorted(errs.items()))
-
-
-def _load_label(load: dict[str, Any]) -> str:
-    if "concurrency" in load:
-        return str(load["concurrency"])
-    return ", ".join(f"{k} {v}" for k, v in load.items())
 
 
 def _server_cell(step: dict[str, Any]) -> str:
@@ -64,11 +51,61 @@ def summary_table(results: dict[str, Any]) -> str:
         ]
         for s in phase["steps"]:
             lat = s["latency_us"]
-            label = _load_label(s["load"]) + (" (partial)" if s["status"] != "ok" else "")
+            label = load_label(s["load"]) + (" (partial)" if s["status"] != "ok" else "")
             out.append(
                 f"| {label} | {s['throughput']:.1f} | {ms(lat['p50'])} | {ms(lat['p90'])} | "
                 f"{ms(lat['p95'])} | {ms(lat['p99'])} | {ms(lat['p999'])} | {ms(lat['max'])} | "
                 f"{_errors(s)} | {_server_cell(s)} |"
             )
+        out.append("")
+    return "\n".join(out)
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _delta(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1f}%"
+
+
+def comparison_table(cmp: Comparison) -> str:
+    """comparison.md: one row per phase at each load level, with the change vs the reference."""
+    out = [f"# Comparison: {cmp.title}", ""]
+    if not cmp.measured:
+        out += ["No phase measured anything.", ""]
+    else:
+        out += [
+            f"Reference: **{cmp.reference}**. Latencies in ms from HDR histograms (us "
+            "resolution); infer/s counts successful inferences; avg batch, queue and compute "
+            "(input + infer + output, per request) come from Triton's own statistics. "
+            "Δ is the change versus the reference at the same load.",
+            "",
+            "| load | phase | infer/s | Δ infer/s | p50 | p99 | Δ p99 | p99.9 | avg batch "
+            "| queue us | compute us | errors |",
+            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in cmp.rows:
+            p, lat = r.point, r.point.latency_us
+            phase = r.entry + (" (partial)" if p.status != "ok" else "")
+            out.append(
+                f"| {r.load} | {phase} | {p.infer_s:.1f} | {_delta(r.infer_delta_pct)} | "
+                f"{ms(lat['p50'])} | {ms(lat['p99'])} | {_delta(r.p99_delta_pct)} | "
+                f"{ms(lat['p999'])} | {_num(p.avg_batch, '.2f')} | {_num(p.queue_us, '.0f')} | "
+                f"{_num(p.compute_us, '.0f')} | {p.errors} |"
+            )
+        out.append("")
+        out += [f"- {pre}**{label}**{post}" for pre, label, post in highlights(cmp)]
+        reloads = [
+            f"{e.label} {', '.join(f'{m} {s:.2f} s' for m, s in e.reload_s.items())}"
+            for e in cmp.entries
+            if e.reload_s
+        ]
+        if reloads:
+            out.append(f"- Config reload time: {'; '.join(reloads)}.")
+        out.append("")
+    if cmp.not_measured:
+        out += ["## Not measured", ""]
+        out += [f"- {e.label}: {e.status}: {e.reason or 'no steps'}" for e in cmp.not_measured]
         out.append("")
     return "\n".join(out)

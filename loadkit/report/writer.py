@@ -1,5 +1,10 @@
 """Write the report folder. Every file is written to a temp name and renamed, so a crash (even a
-SIGKILL of loadkit) leaves the last complete version on disk, never a torn one."""
+SIGKILL of loadkit) leaves the last complete version on disk, never a torn one.
+
+After every step: results.json, histograms.json, summary.md (cheap). At the end of the run, and
+on `loadkit report`: comparison.md, the PNG plots and report.html, rendered only from what is on
+disk, so a re-render shows exactly what the run saved.
+"""
 
 from __future__ import annotations
 
@@ -8,14 +13,22 @@ import os
 from pathlib import Path
 from typing import Any
 
-from loadkit.report.markdown import summary_table
-from loadkit.results import RunResult
+from loadkit.errors import LoadkitError
+from loadkit.report.compare import build
+from loadkit.report.html import render_html
+from loadkit.report.markdown import comparison_table, summary_table
+from loadkit.report.plots import render_plots
+from loadkit.results import RESULTS_FORMAT, RunResult
 
 
-def atomic_write(path: Path, text: str) -> None:
+class ReportError(LoadkitError):
+    """A report folder that cannot be read back (missing or foreign results.json)."""
+
+
+def atomic_write(path: Path, data: str | bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    with open(tmp, "wb") as fh:
+        fh.write(data.encode("utf-8") if isinstance(data, str) else data)
         fh.flush()
         os.fsync(fh.fileno())
     os.replace(tmp, path)
@@ -33,3 +46,48 @@ def write_report(out_dir: Path, result: RunResult) -> dict[str, Any]:
     atomic_write(out_dir / "histograms.json", json.dumps(histograms_of(result)) + "\n")
     atomic_write(out_dir / "summary.md", summary_table(data) + "\n")
     return data
+
+
+def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(results.json, histograms.json) of a report folder, or one clear ReportError."""
+    path = run_dir / "results.json"
+    try:
+        results = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ReportError(f"{path}: not found (is {run_dir} a loadkit report folder?)") from None
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{path}: not readable as JSON: {exc}") from None
+    if not isinstance(results, dict) or results.get("format") != RESULTS_FORMAT:
+        found = results.get("format") if isinstance(results, dict) else type(results).__name__
+        raise ReportError(f"{path}: expected format {RESULTS_FORMAT!r}; found {found!r}")
+    try:
+        hists = json.loads((run_dir / "histograms.json").read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        hists = {}  # percentiles then come from results.json alone
+    except (OSError, ValueError) as exc:
+        raise ReportError(f"{run_dir / 'histograms.json'}: not readable as JSON: {exc}") from None
+    return results, hists
+
+
+def render_comparison(
+    runs: list[tuple[str, dict[str, Any], dict[str, Any]]], out_dir: Path | None, title: str = ""
+) -> str:
+    """Write comparison.md, the plots and report.html into out_dir; return the Markdown."""
+    cmp = build(runs, title)
+    md = comparison_table(cmp) + "\n"
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        plots = render_plots(cmp)
+        for name, png in plots.items():
+            atomic_write(out_dir / name, png)
+        atomic_write(out_dir / "comparison.md", md)
+        html = render_html(cmp, [(label, r) for label, r, _ in runs], plots)
+        atomic_write(out_dir / "report.html", html)
+    return md
+
+
+def render(run_dir: Path) -> str:
+    """Re-render a run's folder from results.json and histograms.json."""
+    results, hists = read_run(run_dir)
+    atomic_write(run_dir / "summary.md", summary_table(results) + "\n")
+    return render_comparison([("", results, hists)], run_dir)

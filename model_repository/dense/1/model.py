@@ -3,6 +3,11 @@
 Weights come from a fixed seed so every server computes the same function. The optional
 `stall_every_s` / `stall_ms` parameters make the model pause periodically, which the open-loop
 tests use to show coordinated omission; they are off in the shipped config.
+
+`device_us` models an accelerator: every execute holds the "device" for that long whatever the
+batch size (a sleep, so the shared CPU stays free for the client), the way a GPU kernel costs
+about the same for 1 or 16 rows. Dynamic batching and instance groups then buy what they buy on
+a GPU host; the optimization tour sets it, the shipped config leaves it at 0.
 """
 
 import json
@@ -21,6 +26,7 @@ class TritonPythonModel:
         self.w2 = (rng.standard_normal((512, 256)) / 22.6).astype(np.float32)
         self.stall_every_s = float(params.get("stall_every_s", "0"))
         self.stall_s = float(params.get("stall_ms", "0")) / 1000.0
+        self.device_s = float(params.get("device_us", "0")) / 1e6
         self.next_stall = time.monotonic() + self.stall_every_s
         pb_utils.Logger.log_info(f"dense: numpy {np.__version__} from {np.__file__}")
 
@@ -32,6 +38,8 @@ class TritonPythonModel:
         sizes = [x.shape[0] for x in xs]
         x = np.concatenate(xs) if len(xs) > 1 else xs[0]
         y = np.maximum(x @ self.w1, 0.0) @ self.w2
+        if self.device_s > 0:
+            time.sleep(self.device_s)
         responses = []
         start = 0
         for n in sizes:

@@ -1,0 +1,219 @@
+"""The phase comparison: what each config bought, as plain data for Markdown, HTML and plots.
+
+An *entry* is one phase of one run ("batching", or "A/batching" when two runs are compared).
+The first entry that measured anything is the reference, as the seed's before/after tables
+compare every optimization with the baseline. Only saved data is read (results.json and the
+encoded HDR histograms), so `loadkit report` regenerates exactly what the run wrote.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hdrh.histogram import HdrHistogram
+
+from loadkit.record import decode, latency_summary, new_histogram
+from loadkit.report.units import ms
+
+
+@dataclass(frozen=True)
+class Point:
+    """One measured step of one entry."""
+
+    load: str
+    load_key: tuple[float, ...]
+    status: str
+    infer_s: float
+    requests: int
+    errors: int
+    latency_us: dict[str, float]
+    avg_batch: float | None
+    queue_us: float | None
+    compute_us: float | None
+    histogram: HdrHistogram | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class Entry:
+    label: str
+    status: str
+    reason: str
+    reload_s: dict[str, float]
+    points: tuple[Point, ...]
+
+    def at(self, load: str) -> Point | None:
+        return next((p for p in self.points if p.load == load), None)
+
+    @property
+    def peak(self) -> Point | None:
+        return max(self.points, key=lambda p: p.infer_s, default=None)
+
+    @property
+    def heaviest(self) -> Point | None:
+        return max(self.points, key=lambda p: p.load_key, default=None)
+
+
+@dataclass(frozen=True)
+class Row:
+    load: str
+    entry: str
+    point: Point
+    infer_delta_pct: float | None  # vs the reference entry at the same load
+    p99_delta_pct: float | None
+
+
+@dataclass(frozen=True)
+class Comparison:
+    title: str
+    reference: str
+    entries: tuple[Entry, ...]
+    loads: tuple[str, ...]  # every load level measured, lightest first
+    common: tuple[str, ...]  # the levels every measured entry has
+    rows: tuple[Row, ...]
+    best_throughput: tuple[str, Point] | None
+    best_p99: tuple[str, str, float] | None  # (entry, load, p99 us) at the heaviest common load
+
+    @property
+    def measured(self) -> tuple[Entry, ...]:
+        return tuple(e for e in self.entries if e.points)
+
+    @property
+    def not_measured(self) -> tuple[Entry, ...]:
+        return tuple(e for e in self.entries if not e.points)
+
+
+def highlights(cmp: Comparison) -> list[tuple[str, str, str]]:
+    """The verdict lines as (before, phase name, after), for each renderer to emphasize."""
+    out = []
+    if cmp.best_throughput:
+        label, p = cmp.best_throughput
+        out.append(("Best throughput: ", label, f", {p.infer_s:.1f} infer/s at load {p.load}."))
+    if cmp.best_p99:
+        label, load, p99 = cmp.best_p99
+        out.append((f"Best p99 at the heaviest common load ({load}): ", label, f", {ms(p99)} ms."))
+    return out
+
+
+def load_label(load: dict[str, Any]) -> str:
+    if set(load) == {"concurrency"}:
+        return str(load["concurrency"])
+    return ", ".join(f"{k} {v}" for k, v in load.items())
+
+
+def _load_key(load: dict[str, Any]) -> tuple[float, ...]:
+    return tuple(float(v) for v in load.values() if isinstance(v, (int, float)))
+
+
+def _server(step: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
+    """(avg batch, queue us, compute us) over every model the step touched, request-weighted."""
+    models = [s for s in step.get("server", {}).values() if s.get("success", 0) > 0]
+    if not models:
+        return None, None, None
+    success = sum(s["success"] for s in models)
+    execs = sum(s["exec_count"] for s in models)
+    batch = round(sum(s["inference_count"] for s in models) / execs, 3) if execs else None
+
+    def weighted(*keys: str) -> float:
+        return round(sum(s["success"] * sum(s[k] for k in keys) for s in models) / success, 1)
+
+    compute = weighted("compute_input_us", "compute_infer_us", "compute_output_us")
+    return batch, weighted("queue_us"), compute
+
+
+def merge_encoded(histograms: dict[str, str]) -> HdrHistogram:
+    total = new_histogram()
+    for text in histograms.values():
+        total.add(decode(text))
+    return total
+
+
+def _entry(label: str, phase: dict[str, Any], hists: dict[str, dict[str, str]]) -> Entry:
+    points = []
+    for s in phase["steps"]:
+        encoded = hists.get(str(s["index"]), {})
+        h = merge_encoded(encoded)
+        # The percentiles are recomputed from the saved HDR data, so a report can only ever
+        # show what the histograms hold.
+        lat = latency_summary(h) if h.get_total_count() else s["latency_us"]
+        batch, queue, compute = _server(s)
+        points.append(
+            Point(
+                load=load_label(s["load"]),
+                load_key=_load_key(s["load"]),
+                status=s["status"],
+                infer_s=float(s["throughput"]),
+                requests=int(s["requests"]),
+                errors=int(sum(s.get("errors", {}).values())),
+                latency_us=lat,
+                avg_batch=batch,
+                queue_us=queue,
+                compute_us=compute,
+                histogram=h if h.get_total_count() else None,
+            )
+        )
+    return Entry(label, phase["status"], phase["reason"], phase.get("reload_s", {}), tuple(points))
+
+
+def _pct(new: float, old: float) -> float | None:
+    return round((new - old) / old * 100.0, 1) if old else None
+
+
+def build(
+    runs: list[tuple[str, dict[str, Any], dict[str, Any]]], title: str = ""
+) -> Comparison:
+    """runs: (label, results.json, histograms.json); a single run is labelled ''."""
+    entries: list[Entry] = []
+    for label, results, hists in runs:
+        for phase in results["phases"]:
+            name = f"{label}/{phase['name']}" if label else phase["name"]
+            entries.append(_entry(name, phase, hists.get(phase["name"], {})))
+    measured = [e for e in entries if e.points]
+    keys: dict[str, tuple[float, ...]] = {}
+    for e in measured:
+        for p in e.points:
+            keys.setdefault(p.load, p.load_key)
+    loads = tuple(sorted(keys, key=lambda k: keys[k]))
+    common = tuple(ld for ld in loads if all(e.at(ld) for e in measured))
+    ref = measured[0] if measured else None
+    rows = []
+    for ld in loads:
+        base = ref.at(ld) if ref else None
+        for e in measured:
+            p = e.at(ld)
+            if p is None:
+                continue
+            rows.append(
+                Row(
+                    ld,
+                    e.label,
+                    p,
+                    _pct(p.infer_s, base.infer_s) if base and e is not ref else None,
+                    _pct(p.latency_us["p99"], base.latency_us["p99"])
+                    if base and e is not ref
+                    else None,
+                )
+            )
+    best_t = None
+    peaks = [(e.label, e.peak) for e in measured if e.peak is not None]
+    if peaks:
+        label, point = max(peaks, key=lambda lp: lp[1].infer_s)
+        best_t = (label, point)
+    best_p = None
+    if common:
+        heavy = common[-1]
+        label, p = min(
+            ((e.label, e.at(heavy)) for e in measured), key=lambda lp: lp[1].latency_us["p99"]
+        )
+        best_p = (label, heavy, p.latency_us["p99"])
+    names = [r[1].get("scenario_name", "") for r in runs]
+    return Comparison(
+        title=title or " vs ".join(dict.fromkeys(names)),
+        reference=ref.label if ref else "",
+        entries=tuple(entries),
+        loads=loads,
+        common=common,
+        rows=tuple(rows),
+        best_throughput=best_t,
+        best_p99=best_p,
+    )

@@ -1,0 +1,159 @@
+"""report.html: one self-contained file (inline CSS, plots as data: URIs) that opens from disk,
+can be mailed or attached to a CI run, and needs no server or network."""
+
+from __future__ import annotations
+
+import base64
+import json
+from html import escape
+from typing import Any
+
+from loadkit.report.compare import Comparison, highlights
+from loadkit.report.units import ms
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
+table{border-collapse:collapse;margin:.6em 0 1.4em}
+th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}
+th{background:#f3f3f3} td.l,th.l{text-align:left}
+.up{color:#17803d}.down{color:#b3261e} .muted{color:#777}
+img{max-width:100%;border:1px solid #eee;margin:.4em 0}
+pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:12px}
+.status-failed,.status-aborted{color:#b3261e}.status-skipped,.status-partial{color:#946200}
+"""
+
+
+def _delta(v: float | None, higher_is_better: bool) -> str:
+    if v is None:
+        return '<td class="muted">-</td>'
+    good = (v > 0) == higher_is_better
+    cls = "up" if good and v != 0 else ("down" if v != 0 else "")
+    return f'<td class="{cls}">{v:+.1f}%</td>'
+
+
+def _num(v: float | None, fmt: str) -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _comparison(cmp: Comparison) -> list[str]:
+    out = [
+        "<h2>Phase comparison</h2>",
+        f"<p>Reference: <b>{escape(cmp.reference)}</b>. Latencies in ms from HDR histograms; "
+        "avg batch, queue and compute per request from Triton's statistics; Δ versus the "
+        "reference at the same load.</p>",
+        "<table><tr><th>load</th><th class=l>phase</th><th>infer/s</th><th>Δ infer/s</th>"
+        "<th>p50</th><th>p99</th><th>Δ p99</th><th>p99.9</th><th>avg batch</th>"
+        "<th>queue µs</th><th>compute µs</th><th>errors</th></tr>",
+    ]
+    for r in cmp.rows:
+        p, lat = r.point, r.point.latency_us
+        partial = " (partial)" if p.status != "ok" else ""
+        out.append(
+            f"<tr><td>{escape(r.load)}</td><td class=l>{escape(r.entry)}{partial}</td>"
+            f"<td>{p.infer_s:.1f}</td>{_delta(r.infer_delta_pct, True)}"
+            f"<td>{ms(lat['p50'])}</td><td>{ms(lat['p99'])}</td>"
+            f"{_delta(r.p99_delta_pct, False)}<td>{ms(lat['p999'])}</td>"
+            f"<td>{_num(p.avg_batch, '.2f')}</td><td>{_num(p.queue_us, '.0f')}</td>"
+            f"<td>{_num(p.compute_us, '.0f')}</td><td>{p.errors}</td></tr>"
+        )
+    out.append("</table><ul>")
+    out += [
+        f"<li>{escape(pre)}<b>{escape(label)}</b>{escape(post)}</li>"
+        for pre, label, post in highlights(cmp)
+    ]
+    out.append("</ul>")
+    if cmp.not_measured:
+        out.append("<h3>Not measured</h3><ul>")
+        for e in cmp.not_measured:
+            out.append(
+                f'<li>{escape(e.label)}: <span class="status-{escape(e.status)}">'
+                f"{escape(e.status)}</span>: {escape(e.reason or 'no steps')}</li>"
+            )
+        out.append("</ul>")
+    return out
+
+
+def _steps(results: dict[str, Any], prefix: str) -> list[str]:
+    out = []
+    for phase in results["phases"]:
+        status = phase["status"]
+        out.append(
+            f"<h3>{escape(prefix + phase['name'])} "
+            f'<span class="status-{escape(status)}">({escape(status)})</span></h3>'
+        )
+        if phase["reason"]:
+            out.append(f"<p>{escape(phase['reason'])}</p>")
+        if phase["steps"]:
+            out.append(
+                "<table><tr><th>load</th><th>requests</th><th>infer/s</th><th>p50</th>"
+                "<th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th>"
+                "<th class=l>errors</th><th class=l>batch sizes executed (server)</th></tr>"
+            )
+            for s in phase["steps"]:
+                lat = s["latency_us"]
+                errs = ", ".join(f"{k} {v}" for k, v in sorted(s["errors"].items())) or "0"
+                batches = "; ".join(
+                    f"{m}: " + ", ".join(f"{b}×{n}" for b, n in v["batch_executions"].items())
+                    for m, v in s["server"].items()
+                    if v.get("batch_executions")
+                )
+                load = ", ".join(f"{k} {v}" for k, v in s["load"].items())
+                out.append(
+                    f"<tr><td>{escape(load)}</td><td>{s['requests']}</td>"
+                    f"<td>{s['throughput']:.1f}</td>"
+                    + "".join(
+                        f"<td>{ms(lat[k])}</td>" for k in ("p50", "p90", "p95", "p99", "p999")
+                    )
+                    + f"<td>{ms(lat['max'])}</td><td class=l>{escape(errs)}</td>"
+                    f"<td class=l>{escape(batches or '-')}</td></tr>"
+                )
+            out.append("</table>")
+        if phase.get("config"):
+            out.append(
+                "<details><summary>model config measured (read back from the server)"
+                f"</summary><pre>{escape(json.dumps(phase['config'], indent=2))}</pre></details>"
+            )
+    return out
+
+
+def render_html(
+    cmp: Comparison, runs: list[tuple[str, dict[str, Any]]], plots: dict[str, bytes]
+) -> str:
+    out = [
+        "<!doctype html><html><head><meta charset=utf-8>",
+        f"<title>loadkit: {escape(cmp.title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>loadkit: {escape(cmp.title)}</h1>",
+    ]
+    for label, results in runs:
+        status = results["status"]
+        who = f"{escape(label)}: " if label else ""
+        out.append(
+            f"<p>{who}target {escape(results['target'])}"
+            f"{' (embedded Triton)' if results['embedded'] else ''}, "
+            f"{escape(results['started_at'])} to {escape(results['finished_at'] or '-')}, "
+            f'<span class="status-{escape(status)}">{escape(status)}</span>'
+            f"{': ' + escape(results['reason']) if results['reason'] else ''}</p>"
+        )
+    out += _comparison(cmp)
+    if plots:
+        out.append("<h2>Plots</h2>")
+        for name, png in plots.items():
+            data = base64.b64encode(png).decode("ascii")
+            out.append(f'<img alt="{escape(name)}" src="data:image/png;base64,{data}">')
+    out.append("<h2>Steps</h2>")
+    for label, results in runs:
+        out += _steps(results, f"{label}/" if label else "")
+    events = [e for _, r in runs for e in r.get("events", [])]
+    if events:
+        out.append("<h2>Events</h2><table><tr><th class=l>at</th><th class=l>event</th>"
+                   "<th class=l>detail</th></tr>")
+        for e in events:
+            rest = {k: v for k, v in e.items() if k not in ("at", "event")}
+            out.append(
+                f"<tr><td class=l>{escape(str(e.get('at', '')))}</td>"
+                f"<td class=l>{escape(str(e.get('event', '')))}</td>"
+                f"<td class=l>{escape(json.dumps(rest))}</td></tr>"
+            )
+        out.append("</table>")
+    out.append("</body></html>")
+    return "\n".join(out) + "\n"

@@ -1,0 +1,108 @@
+"""The three plots of a comparison, as PNG bytes (matplotlib, Agg backend: no display needed).
+
+- throughput vs load, one line per phase: where each config saturates;
+- p99 vs throughput, one line per phase: the knee, i.e. what each extra infer/s costs in tail;
+- the HDR percentile spectrum of each phase's heaviest step, on HdrHistogram's usual
+  1/(1-q) axis, so p99, p99.9 and the max are as readable as the median.
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+from matplotlib.figure import Figure  # noqa: E402
+from matplotlib.ticker import FixedLocator, FuncFormatter  # noqa: E402
+
+from loadkit.report.compare import Comparison  # noqa: E402
+
+SPECTRUM_QUANTILES = (0.0, 50.0, 75.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95, 99.99, 99.999)
+# PNG metadata without the matplotlib version or a date, so re-rendering gives the same bytes.
+_PNG_META = {"Software": None}
+
+
+def _png(fig: Figure) -> bytes:
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100, metadata=_PNG_META)
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def _lines(cmp: Comparison, x: Any, y: Any, xlabel: str, ylabel: str, title: str) -> bytes:
+    """One line per measured phase, points in load order."""
+    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    for e in cmp.measured:
+        pts = sorted(e.points, key=lambda p: p.load_key)
+        ax.plot([x(i, p) for i, p in enumerate(pts)], [y(p) for p in pts], marker="o",
+                label=e.label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _png(fig)
+
+
+def throughput_vs_load(cmp: Comparison) -> bytes:
+    return _lines(
+        cmp,
+        lambda i, p: p.load_key[0] if p.load_key else i,
+        lambda p: p.infer_s,
+        "load (concurrency)",
+        "throughput (infer/s)",
+        "Throughput vs load",
+    )
+
+
+def p99_vs_throughput(cmp: Comparison) -> bytes:
+    return _lines(
+        cmp,
+        lambda _, p: p.infer_s,
+        lambda p: p.latency_us["p99"] / 1000,
+        "throughput (infer/s)",
+        "p99 latency (ms)",
+        "p99 latency vs throughput (the knee)",
+    )
+
+
+def latency_spectrum(cmp: Comparison) -> bytes:
+    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    for e in cmp.measured:
+        p = e.heaviest
+        if p is None or p.histogram is None:
+            continue
+        xs = [1.0 / (1.0 - q / 100.0) for q in SPECTRUM_QUANTILES]
+        ys = [p.histogram.get_value_at_percentile(q) / 1000 for q in SPECTRUM_QUANTILES]
+        ax.plot(xs, ys, marker=".", label=f"{e.label} @ {p.load}")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    named = {0.0: "p0", 90.0: "p90", 99.0: "p99", 99.9: "p99.9", 99.99: "p99.99", 99.999: "p99.999"}
+    labels = {1.0 / (1.0 - q / 100.0): name for q, name in named.items()}
+    ax.xaxis.set_major_locator(FixedLocator(list(labels)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: labels.get(v, "")))
+    ax.xaxis.set_minor_formatter(FuncFormatter(lambda v, _: ""))
+    ax.set_xlabel("percentile")
+    ax.set_ylabel("latency (ms)")
+    ax.set_title("Latency by percentile, heaviest step of each phase (HDR)")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize="small")
+    return _png(fig)
+
+
+PLOTS = {
+    "throughput_vs_concurrency.png": throughput_vs_load,
+    "p99_vs_throughput.png": p99_vs_throughput,
+    "latency_spectrum.png": latency_spectrum,
+}
+
+
+def render_plots(cmp: Comparison) -> dict[str, bytes]:
+    """{file name: PNG bytes}; empty when nothing was measured."""
+    if not cmp.measured:
+        return {}
+    return {name: fn(cmp) for name, fn in PLOTS.items()}

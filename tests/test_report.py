@@ -1,0 +1,131 @@
+"""The comparison report: deltas and best phases (pure), and against the real embedded Triton:
+Ctrl-C in the middle of a config phase restores the model and still renders the report, and
+`loadkit report` / `loadkit compare` regenerate identical tables from the saved data."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import ROOT, loadkit, results, write
+
+from loadkit.report.compare import build
+from loadkit.report.markdown import comparison_table
+
+
+def _step(index: int, conc: int, infer_s: float, p99: float, batch: float) -> dict:
+    execs = round(100 / batch)
+    return {
+        "index": index,
+        "load": {"concurrency": conc},
+        "status": "ok",
+        "throughput": infer_s,
+        "requests": 100,
+        "errors": {},
+        "latency_us": {"p50": p99 / 2, "p90": p99, "p95": p99, "p99": p99, "p999": p99,
+                       "max": p99, "mean": p99 / 2},
+        "server": {"m": {"success": 100, "exec_count": execs, "inference_count": 100,
+                         "queue_us": 10.0, "compute_input_us": 1.0, "compute_infer_us": 50.0,
+                         "compute_output_us": 1.0, "batch_executions": {}}},
+    }
+
+
+def _phase(name: str, steps: list, status: str = "ok", reason: str = "") -> dict:
+    return {"name": name, "status": status, "reason": reason, "reload_s": {}, "steps": steps}
+
+
+def test_build_deltas_best_phases_and_not_measured() -> None:
+    run = {
+        "scenario_name": "s",
+        "phases": [
+            _phase("base", [_step(0, 2, 100.0, 2000.0, 1.0), _step(1, 8, 200.0, 8000.0, 1.0)]),
+            _phase("batch", [_step(0, 2, 150.0, 1000.0, 2.0), _step(1, 8, 500.0, 4000.0, 4.0)]),
+            _phase("gpu", [], "skipped", "skipped: no GPU"),
+        ],
+    }
+    cmp = build([("", run, {})])
+    assert cmp.reference == "base" and cmp.loads == ("2", "8") and cmp.common == ("2", "8")
+    row = next(r for r in cmp.rows if r.entry == "batch" and r.load == "8")
+    assert row.infer_delta_pct == 150.0 and row.p99_delta_pct == -50.0
+    assert row.point.avg_batch == 4.0 and row.point.compute_us == 52.0
+    assert cmp.best_throughput[0] == "batch" and cmp.best_p99[:2] == ("batch", "8")
+    md = comparison_table(cmp)
+    assert "| 8 | batch | 500.0 | +150.0% |" in md
+    assert "- gpu: skipped: skipped: no GPU" in md
+
+
+SCENARIO = """
+name: interrupted-tour
+requests:
+  d: {model: dense, inputs: {INPUT0: {dtype: FP32, shape: [256]}}}
+phases:
+  - name: baseline
+    load: {concurrency: [4, 8], step_duration: 1.5s, warmup: 0.3s}
+  - name: batching
+    load: {concurrency: [4, 8, 12], step_duration: 3s, warmup: 0.3s}
+    config:
+      dense:
+        dynamic_batching: {preferred_batch_size: [4, 8], max_queue_delay_microseconds: 500}
+"""
+
+
+def test_ctrl_c_mid_phase_restores_and_report_rerenders_identically(
+    triton, control, tmp_path
+) -> None:
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadkit", "run", str(write(tmp_path / "t.yaml", SCENARIO)),
+         "--target", triton.grpc_address, "--metrics", triton.metrics_url, "--out", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:  # first step of the batching phase on disk, then Ctrl-C
+        data = results(out) if (out / "results.json").exists() else {"phases": []}
+        if len(data["phases"]) == 2 and len(data["phases"][1]["steps"]) == 1:
+            break
+        time.sleep(0.1)
+    assert "dynamic_batching" in control.config("dense")  # the overlay is live mid-phase
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "dynamic_batching" not in control.config("dense")  # restored on Ctrl-C
+    assert control.model_ready("dense")
+    data = results(out)
+    assert data["status"] == "interrupted"
+    assert [e["event"] for e in data["events"]][-1] == "config_restored"
+    base, batching = data["phases"]
+    assert batching["status"] == "partial" and batching["steps"][-1]["status"] == "partial"
+
+    md = (out / "comparison.md").read_text()
+    assert "| 4 | batching |" in md and "Reference: **baseline**" in md
+    html = (out / "report.html").read_text()
+    assert html.count("data:image/png;base64,") == 3
+    for png in ("throughput_vs_concurrency.png", "p99_vs_throughput.png", "latency_spectrum.png"):
+        assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    before = {n: (out / n).read_text() for n in ("comparison.md", "summary.md")}
+    for n in before:
+        (out / n).unlink()
+    proc2 = loadkit("report", str(out))
+    assert proc2.returncode == 0, proc2.stderr
+    assert {n: (out / n).read_text() for n in before} == before
+    assert proc2.stdout == before["comparison.md"]
+
+    cmp_dir = tmp_path / "cmp"
+    proc3 = loadkit("compare", str(out), str(out), "--labels", "A,B", "--out", str(cmp_dir))
+    assert proc3.returncode == 0, proc3.stderr
+    md3 = (cmp_dir / "comparison.md").read_text()
+    assert "Reference: **A/baseline**" in md3
+    assert "| 8 | B/baseline |" in md3 and "+0.0%" in md3
+    assert (cmp_dir / "report.html").exists()
+
+
+def test_report_of_a_folder_without_results_is_one_clear_error(tmp_path) -> None:
+    proc = loadkit("report", str(tmp_path))
+    assert proc.returncode == 2
+    assert "results.json: not found" in proc.stderr and "Traceback" not in proc.stderr
