@@ -22,13 +22,15 @@ demo: setup
 	$(BIN)/loadkit run scenarios/quickstart.yaml
 
 lint: setup
-	$(BIN)/ruff check loadkit tests scripts locustfile.py
+	$(BIN)/ruff check loadkit tests scripts bench locustfile.py
 
 test: setup lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+# loadkit vs perf_analyzer (C++) on the same embedded Triton, A B pairs; results in bench/results/.
 bench: setup
-	@echo 'make bench: not written yet (issue 4: loadkit vs perf_analyzer side by side)'; exit 1
+	bash bench/setup_perf_analyzer.sh
+	$(BIN)/python bench/run.py
 
 soak: setup
 	$(BIN)/python -m pytest -q -m soak -p no:cacheprovider

@@ -49,6 +49,9 @@ def test_every_request_is_accounted_for(mix_run) -> None:
         assert_accounted(step)
         for model in ("dense", "cnn"):
             assert step["server"][model]["fail"] == 0
+        gen = step["generator"]  # the generator's own cost over the window
+        assert 0 < gen["cpu_s"] < 2 * step["duration_s"] and gen["rss_mb"] > 20
+        assert gen["cpu_us_per_request"] == round(gen["cpu_s"] / step["requests"] * 1e6, 1)
 
 
 def test_mix_lands_near_70_30_by_server_counts(mix_run) -> None:

@@ -9,6 +9,8 @@ server's success deltas exactly.
 from __future__ import annotations
 
 import logging
+import os
+import resource
 import time
 import traceback
 from datetime import datetime, timezone
@@ -35,6 +37,18 @@ def utcnow() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
+def process_usage() -> tuple[float, int]:
+    """(user + sys CPU seconds, current RSS bytes) of this process: what the generator costs."""
+    t = os.times()
+    rss = 0
+    try:
+        with open("/proc/self/statm") as fh:
+            rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return t.user + t.system, rss
+
+
 def build_step_result(
     step: Step,
     window: StepWindow,
@@ -44,6 +58,7 @@ def build_step_result(
     duration_s: float,
     status: str,
     batch_sizes: dict[str, int],
+    usage: tuple[tuple[float, int], tuple[float, int]] | None = None,
 ) -> StepResult:
     merged = window.merged()
     requests = merged.get_total_count()
@@ -72,6 +87,16 @@ def build_step_result(
             if m in before.counters
         }
         metrics = diff_metrics(before.metrics, after.metrics, tuple(after.counters))
+    generator: dict[str, float] = {}
+    if usage is not None:
+        (cpu0, _), (cpu1, rss) = usage
+        cpu = cpu1 - cpu0
+        generator = {
+            "cpu_s": round(cpu, 4),
+            "cpu_us_per_request": round(cpu / requests * 1e6, 1) if requests else 0.0,
+            "cpu_util": round(cpu / duration_s, 3) if duration_s > 0 else 0.0,
+            "rss_mb": round(rss / 2**20, 1),
+        }
     return StepResult(
         phase=step.phase,
         index=step.index,
@@ -88,6 +113,7 @@ def build_step_result(
         client=client,
         server=server,
         metrics=metrics,
+        generator=generator,
         histograms=window.encoded(),
         out_of_range=window.out_of_range,
     )
@@ -195,9 +221,11 @@ class Conductor:
         started_at = utcnow()
         self._set_stage("measuring", step.duration_s)
         t0 = time.monotonic()
+        usage0 = process_usage()
         ctx.open_gate()
         completed = self._sleep(step.duration_s)
         drained = ctx.close_gate(drain_s)
+        usage1 = process_usage()
         duration = time.monotonic() - t0
         run.drive.recorder.close()
         after = run.controller.snapshot()
@@ -219,6 +247,7 @@ class Conductor:
             duration,
             "ok" if completed and drained else "partial",
             ctx.batch_sizes,
+            (usage0, usage1),
         )
         pr.steps.append(result)
 

@@ -1,0 +1,188 @@
+"""`make bench`: loadkit and perf_analyzer side by side on the same embedded Triton.
+
+For each concurrency level, A B pairs (loadkit, then perf_analyzer) against the dense model; for
+each run: throughput, client CPU µs per inference, p50 and p99. Client CPU is the generator's
+user+sys time over its measurement divided by what the server says it served:
+- loadkit: its own per-step `generator.cpu_s` (measured window only) over the step's server
+  success delta;
+- perf_analyzer: the whole process's rusage (startup and its stabilization windows included,
+  which favours loadkit slightly) over the server success delta across the process lifetime.
+Also the cost of one HDR record. Results go to bench/results/<UTC time>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+TOOLS = ROOT / "bench" / ".tools"
+PERF_ANALYZER = TOOLS / "perf_analyzer"
+
+SCENARIO = """
+name: bench-c{c}
+requests:
+  dense_b1:
+    model: dense
+    inputs: {{INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 1}}}}
+phases:
+  - name: bench
+    load: {{concurrency: {c}, step_duration: {seconds}s, warmup: 2s}}
+"""
+
+
+def run_loadkit(address: str, c: int, seconds: float, work: Path) -> dict[str, Any]:
+    scen = work / f"c{c}.yaml"
+    scen.write_text(SCENARIO.format(c=c, seconds=seconds))
+    out = work / f"lk-c{c}-{time.monotonic_ns()}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadkit", "run", str(scen), "--target", address,
+         "--out", str(out), "--quiet"],
+        capture_output=True, text=True, timeout=seconds + 120,
+    )
+    if proc.returncode != 0:
+        raise SystemExit(f"loadkit run failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
+    step = json.loads((out / "results.json").read_text())["phases"][0]["steps"][0]
+    served = step["server"]["dense"]["success"]
+    if served != step["requests"]:
+        raise SystemExit(f"accounting broke: client {step['requests']} != server {served}")
+    return {
+        "infer_s": step["throughput"],
+        "cpu_us_per_inference": round(step["generator"]["cpu_s"] / served * 1e6, 1),
+        "p50_us": step["latency_us"]["p50"],
+        "p99_us": step["latency_us"]["p99"],
+        "served": served,
+    }
+
+
+def run_perf_analyzer(address: str, c: int, seconds: float, work: Path, control: Any) -> dict:
+    csv_path = work / f"pa-c{c}-{time.monotonic_ns()}.csv"
+    env = {**os.environ, "LD_LIBRARY_PATH": str(TOOLS / "lib")}
+    before = control.counters(("dense",))["dense"].success
+    proc = subprocess.Popen(
+        [str(PERF_ANALYZER), "-m", "dense", "-i", "grpc", "-u", address,
+         "--concurrency-range", f"{c}:{c}", "--measurement-interval", str(int(seconds * 1000)),
+         "--max-trials", "10", "--stability-percentage", "25", "--shape", "INPUT0:256",
+         "-f", str(csv_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    output = proc.stdout.read() if proc.stdout else ""
+    if proc.returncode != 0:
+        raise SystemExit(f"perf_analyzer failed ({proc.returncode}):\n{output[-2000:]}")
+    served = control.counters(("dense",))["dense"].success - before
+    row = next(csv.DictReader(csv_path.open()))
+    return {
+        "infer_s": float(row["Inferences/Second"]),
+        "cpu_us_per_inference": round((usage.ru_utime + usage.ru_stime) / served * 1e6, 1),
+        "p50_us": float(row["p50 latency"]),
+        "p99_us": float(row["p99 latency"]),
+        "served": served,
+    }
+
+
+def hdr_record_cost_us(samples: int = 200_000) -> float:
+    from loadkit.plan import Step
+    from loadkit.record import StepWindow
+
+    window = StepWindow(Step(0, "b", 0, 1, 0.0, 1.0))
+    values = [(i * 7919) % 50_000 + 100 for i in range(samples)]
+    t0 = time.perf_counter()
+    for v in values:
+        window.record("t", v)
+    return round((time.perf_counter() - t0) / samples * 1e6, 3)
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {"min": round(min(values), 3), "median": round(statistics.median(values), 3),
+            "max": round(max(values), 3)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--levels", default="1,8,32")
+    ap.add_argument("--pairs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run")
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    args = ap.parse_args()
+    if not PERF_ANALYZER.is_file():
+        print(f"{PERF_ANALYZER} missing: run bench/setup_perf_analyzer.sh", file=sys.stderr)
+        return 2
+    from loadkit.control.server import ServerControl
+    from loadkit.server import EmbeddedServer
+
+    levels = [int(x) for x in args.levels.split(",")]
+    report: dict[str, Any] = {
+        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "cpus": os.cpu_count(), "pairs": args.pairs, "seconds": args.seconds, "levels": {},
+        "hdr_record_us": hdr_record_cost_us(),
+    }
+    server = EmbeddedServer(models=("dense",)).start()
+    control = ServerControl(server.grpc_address)
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            for c in levels:
+                pairs = []
+                for i in range(args.pairs):
+                    a = run_loadkit(server.grpc_address, c, args.seconds, work)
+                    b = run_perf_analyzer(server.grpc_address, c, args.seconds, work, control)
+                    pairs.append({"loadkit": a, "perf_analyzer": b})
+                    print(f"c={c} pair {i + 1}: loadkit {a['infer_s']:.0f}/s "
+                          f"{a['cpu_us_per_inference']} us cpu; perf_analyzer "
+                          f"{b['infer_s']:.0f}/s {b['cpu_us_per_inference']} us cpu",
+                          file=sys.stderr, flush=True)
+                ratios = {
+                    k: spread([p["loadkit"][k] / p["perf_analyzer"][k] for p in pairs])
+                    for k in ("infer_s", "cpu_us_per_inference", "p50_us", "p99_us")
+                }
+                report["levels"][str(c)] = {"pairs": pairs, "ratios": ratios}
+    finally:
+        control.close()
+        server.stop()
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    (out_dir / f"{stamp}.json").write_text(json.dumps(report, indent=2) + "\n")
+    print(table(report))
+    print(f"\nwritten: {out_dir / f'{stamp}.json'}", file=sys.stderr)
+    return 0
+
+
+def table(report: dict[str, Any]) -> str:
+    lines = [
+        f"HDR record: {report['hdr_record_us']} us/sample. Medians over {report['pairs']} A/B "
+        f"pairs ({report['seconds']:g} s each) on {report['cpus']} CPUs; ratio = loadkit / "
+        "perf_analyzer as median (min-max).",
+        "",
+        "| concurrency | client | infer/s | CPU us/infer | p50 us | p99 us |",
+        "|---:|---|---:|---:|---:|---:|",
+    ]
+    keys = ("infer_s", "cpu_us_per_inference", "p50_us", "p99_us")
+    for c, data in report["levels"].items():
+        for who in ("perf_analyzer", "loadkit"):
+            med = [statistics.median(p[who][k] for p in data["pairs"]) for k in keys]
+            lines.append(f"| {c} | {who} | {med[0]:.0f} | {med[1]:.0f} | {med[2]:.0f} | "
+                         f"{med[3]:.0f} |")
+        r = data["ratios"]
+        lines.append(
+            f"| {c} | ratio | " + " | ".join(
+                f"{r[k]['median']:.2f} ({r[k]['min']:.2f}-{r[k]['max']:.2f})" for k in keys
+            ) + " |"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
