@@ -1,7 +1,6 @@
 """gRPC channels to a target, shared by the drive stage (inferences) and control (admin calls).
 
-Kept apart from both so that importing control never imports the drive package (which
-monkey-patches the process for gevent).
+Kept apart from both so that importing control never imports the drive package.
 """
 
 from __future__ import annotations
@@ -13,17 +12,34 @@ from loadkit.scenario import TargetSpec
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 
 
-def make_channel(address: str, target: TargetSpec) -> grpc.Channel:
-    options = [
-        ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-        ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ]
-    if target.tls is None:
-        return grpc.insecure_channel(address, options=options)
+OPTIONS = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+]
+
+
+def _credentials(target: TargetSpec) -> grpc.ChannelCredentials | None:
     tls = target.tls
-    creds = grpc.ssl_channel_credentials(
+    if tls is None:
+        return None
+    return grpc.ssl_channel_credentials(
         root_certificates=tls.root_certs.read_bytes() if tls.root_certs else None,
         private_key=tls.client_key.read_bytes() if tls.client_key else None,
         certificate_chain=tls.client_cert.read_bytes() if tls.client_cert else None,
     )
-    return grpc.secure_channel(address, creds, options=options)
+
+
+def make_channel(address: str, target: TargetSpec) -> grpc.Channel:
+    """A blocking channel, for admin calls (control)."""
+    creds = _credentials(target)
+    if creds is None:
+        return grpc.insecure_channel(address, options=OPTIONS)
+    return grpc.secure_channel(address, creds, options=OPTIONS)
+
+
+def make_aio_channel(address: str, target: TargetSpec) -> grpc.aio.Channel:
+    """An asyncio channel, for inferences; create it on the loop that will use it."""
+    creds = _credentials(target)
+    if creds is None:
+        return grpc.aio.insecure_channel(address, options=OPTIONS)
+    return grpc.aio.secure_channel(address, creds, options=OPTIONS)

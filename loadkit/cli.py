@@ -77,10 +77,11 @@ def _progress_line(run: Any, last: dict[str, Any]) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    import loadkit.drive  # noqa: F401, I001  (first: it keeps Locust from monkey-patching)
+
     import gevent
     from locust.env import Environment
 
-    import loadkit.drive  # noqa: F401  (gevent patching and grpc's gevent mode, first)
     from loadkit.control.server import ServerControl
     from loadkit.drive.shape import LoadkitShape
     from loadkit.drive.users import TritonUser
@@ -172,7 +173,7 @@ def _drive(
             runner.greenlet.join(timeout=10)
         if progress is not None:
             progress.kill(block=False)
-        run.drive.close_transport()
+        run.drive.stop()
         for h in handlers:
             h.cancel()
     code = run.conductor.exit_code

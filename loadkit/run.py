@@ -47,9 +47,10 @@ class Run:
         environment.loadkit = self
         self.environment = environment
         environment.events.test_stop.add_listener(self._on_test_stop)
+        self.drive.start_pump(environment.events.request.fire)
 
     def _on_test_stop(self, **_: Any) -> None:
-        self.drive.close_transport()
+        self.drive.stop()
 
     def save(self, final: bool = False) -> None:
         self.last_report = write_report(self.out_dir, self.result)

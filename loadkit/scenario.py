@@ -72,6 +72,9 @@ class TLSSpec:
     client_key: Path | None = None
 
 
+TRANSPORTS = ("stream", "unary")
+
+
 @dataclass(frozen=True)
 class TargetSpec:
     """Where load goes. `grpc=None` means the embedded server that loadkit starts itself."""
@@ -82,6 +85,7 @@ class TargetSpec:
     timeout_s: float = 10.0
     secret_values: tuple[str, ...] = field(default=(), repr=False)
     metrics: str | None = None  # Prometheus endpoint; the embedded server supplies its own
+    transport: str = "stream"  # "stream": ModelStreamInfer per user; "unary": ModelInfer calls
 
 
 @dataclass(frozen=True)
@@ -410,7 +414,7 @@ def _template(ck: _Checker, name: str, raw: Any, path: KeyPath) -> RequestTempla
 
 def _target(ck: _Checker, raw: Any) -> TargetSpec:
     path: KeyPath = ("target",)
-    m = ck.mapping(raw, path, ("grpc", "tls", "headers", "timeout", "metrics"))
+    m = ck.mapping(raw, path, ("grpc", "tls", "headers", "timeout", "metrics", "transport"))
     if m is None:
         return TargetSpec()
     grpc_addr = None
@@ -453,8 +457,18 @@ def _target(ck: _Checker, raw: Any) -> TargetSpec:
                 f"expected a URL such as http://127.0.0.1:8002/metrics; found {metrics!r}",
             )
             metrics = None
+    transport = "stream"
+    if "transport" in m:
+        found = m["transport"]
+        if found in TRANSPORTS:
+            transport = found
+        else:
+            ck.add(
+                (*path, "transport"),
+                f"expected one of {', '.join(TRANSPORTS)}; found {_found(found)}",
+            )
     return TargetSpec(
-        grpc_addr, tls, tuple(headers), timeout or 10.0, tuple(ck.secrets), metrics
+        grpc_addr, tls, tuple(headers), timeout or 10.0, tuple(ck.secrets), metrics, transport
     )
 
 

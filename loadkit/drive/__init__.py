@@ -1,12 +1,36 @@
-"""Drive: Locust users, the load shape and the gRPC transport.
+"""Drive: Locust users, the load shape and the engine that sends the inferences.
 
-Importing this package is the one place where the process is prepared for gevent: Locust
-monkey-patches on import, and grpc's gevent integration must be initialised before any channel
-exists (without it, grpc inside a patched process deadlocks). Import it before creating any
-grpc channel, and only in processes that will run load.
+Locust runs on gevent, but loadkit's inferences run on a native thread with grpc.aio (see
+engine.py). That needs a process that gevent has *not* monkey-patched: patched sockets and
+threads would put the engine back on the gevent hub. Locust skips its patching when
+LOCUST_SKIP_MONKEY_PATCH is set, so this package sets it before Locust is first imported;
+`loadkit run` and `loadkit ui` import it first. Plain `locust -f` has imported (and patched)
+before it reads the locustfile; the locustfile then re-executes the same command line with the
+variable set (`reexec_unpatched`), before anything has started.
 """
 
-import locust  # noqa: F401  (monkey-patches the process, as Locust requires)
-from grpc.experimental import gevent as _grpc_gevent
+import os
+import sys
 
-_grpc_gevent.init_gevent()
+os.environ.setdefault("LOCUST_SKIP_MONKEY_PATCH", "1")
+
+import gevent.monkey  # noqa: E402
+import locust  # noqa: E402, F401
+
+PATCHED = gevent.monkey.is_module_patched("socket")
+PATCHED_MESSAGE = (
+    "Locust monkey-patched this process before loadkit was imported, and loadkit's gRPC engine "
+    "cannot run on patched sockets. Start Locust as: LOCUST_SKIP_MONKEY_PATCH=1 locust -f "
+    "locustfile.py --scenario FILE."
+)
+REEXEC_FLAG = "LOADKIT_REEXEC"
+
+
+def reexec_unpatched() -> None:
+    """Replace a patched process with the same command, unpatched (once; never loops)."""
+    if not PATCHED or os.environ.get(REEXEC_FLAG):
+        return
+    env = {**os.environ, "LOCUST_SKIP_MONKEY_PATCH": "1", REEXEC_FLAG: "1"}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)

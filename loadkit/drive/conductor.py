@@ -226,6 +226,7 @@ class Conductor:
         completed = self._sleep(step.duration_s)
         drained = ctx.close_gate(drain_s)
         usage1 = process_usage()
+        ctx.pump()
         duration = time.monotonic() - t0
         run.drive.recorder.close()
         after = run.controller.snapshot()

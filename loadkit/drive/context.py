@@ -1,4 +1,4 @@
-"""The per-process state the users share: templates, mix, gate, in-flight count, transport.
+"""The per-process state the users share: templates, mix, gate, and the engine that sends.
 
 The gate is how the conductor makes step boundaries exact: it closes the gate, waits until no
 request is in flight, snapshots the server's counters, then opens the next window. Requests are
@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import bisect
 import random
+import time
+from collections.abc import Callable
+from typing import Any
 
 import gevent
-from gevent.event import Event
 
-from loadkit.drive.transport import Transport, prepare
+from loadkit.drive.engine import Engine, Lane
+from loadkit.drive.transport import prepare
 from loadkit.plan import Plan
 from loadkit.record import Recorder
 from loadkit.scenario import Scenario
+
+DRAIN_POLL_S = 0.002
+PUMP_S = 0.2
 
 
 class DriveContext:
@@ -26,10 +32,6 @@ class DriveContext:
         self.address = address
         self.seed = seed
         self.recorder = Recorder()
-        self.gate = Event()
-        self.inflight = 0
-        self._drained = Event()
-        self.transport: Transport | None = None
         names = list(scenario.mix)
         self.template_names = names
         self.payloads = [prepare(scenario.requests[n]) for n in names]
@@ -42,6 +44,18 @@ class DriveContext:
             self.cumulative.append(acc)
         self.think_time_s = scenario.think_time_s
         self._user_seq = 0
+        self._fire: Callable[..., Any] | None = None
+        self._pump: gevent.Greenlet | None = None
+        self.engine = Engine(
+            address,
+            scenario.target,
+            self.payloads,
+            names,
+            self.pick,
+            self.recorder,
+            scenario.think_time_s,
+            scenario.target.transport,
+        )
 
     def user_rng(self) -> random.Random:
         self._user_seq += 1
@@ -51,31 +65,49 @@ class DriveContext:
         i = bisect.bisect_left(self.cumulative, rng.random())
         return min(i, len(self.cumulative) - 1)
 
-    def open_transport(self) -> Transport:
-        if self.transport is None:
-            self.transport = Transport(self.address, self.scenario.target)
-        return self.transport
+    @property
+    def inflight(self) -> int:
+        return self.engine.inflight
 
-    def close_transport(self) -> None:
-        if self.transport is not None:
-            self.transport.close()
-            self.transport = None
+    def open_lane(self) -> Lane:
+        """Called from a Locust user's on_start: after any fork, so channels are never shared."""
+        return self.engine.add_lane(self.user_rng())
 
-    def request_done(self) -> None:
-        self.inflight -= 1
-        if self.inflight == 0 and not self.gate.is_set():
-            self._drained.set()
+    def close_lane(self, lane: Lane) -> None:
+        self.engine.remove_lane(lane)
 
     def close_gate(self, timeout_s: float) -> bool:
-        """Stop new requests and wait for those in flight; False if the wait timed out."""
-        self.gate.clear()
-        if self.inflight <= 0:
-            return True
-        self._drained.clear()
-        with gevent.Timeout(timeout_s, False):
-            while self.inflight > 0:
-                self._drained.wait(0.05)
-        return self.inflight <= 0
+        """Stop new requests and wait (cooperatively) for those in flight; False on timeout."""
+        self.engine.close_gate()
+        deadline = time.monotonic() + timeout_s
+        while not self.engine.drained.is_set():
+            if time.monotonic() >= deadline:
+                return False
+            gevent.sleep(DRAIN_POLL_S)
+        return True
 
     def open_gate(self) -> None:
-        self.gate.set()
+        self.engine.open_gate()
+
+    def start_pump(self, fire: Callable[..., Any]) -> None:
+        """Feed finished requests to Locust's request event from the main thread, in batches."""
+        if self._pump is None:
+            self._fire = fire
+            self._pump = gevent.spawn(self._pump_loop)
+
+    def pump(self) -> None:
+        if self._fire is not None:
+            self.engine.pump(self._fire)
+
+    def _pump_loop(self) -> None:
+        while True:
+            self.pump()
+            gevent.sleep(PUMP_S)
+
+    def stop(self) -> None:
+        """At the end of the run: stop the engine, hand Locust the last completions."""
+        self.engine.stop()
+        self.pump()
+        if self._pump is not None:
+            self._pump.kill(block=False)
+            self._pump = None

@@ -1,6 +1,9 @@
 """Run a loadkit scenario with plain Locust, web UI included:
 
-    locust -f loadkit/drive/locustfile.py --scenario scenarios/quickstart.yaml
+    locust -f locustfile.py --scenario FILE.yaml
+
+(loadkit's gRPC engine needs a process Locust has not monkey-patched: this file re-executes the
+command with LOCUST_SKIP_MONKEY_PATCH=1 when it was not set; see loadkit/drive/__init__.py.)
 
 Without --triton-target the embedded Triton is started for the session and stopped when Locust
 quits. The scenario's phases drive the load: the user count and spawn rate fields of the web UI
@@ -16,8 +19,8 @@ from typing import Any
 
 from locust import events
 
-import loadkit.drive  # noqa: F401  (gevent + grpc set up before any channel)
 from loadkit.control.server import ServerControl
+from loadkit.drive import PATCHED, PATCHED_MESSAGE, reexec_unpatched
 from loadkit.drive.shape import LoadkitShape
 from loadkit.drive.users import TritonUser
 from loadkit.errors import LoadkitError, ScenarioError
@@ -26,6 +29,8 @@ from loadkit.scenario import check_against_models, load_scenario
 from loadkit.server import EmbeddedServer
 
 __all__ = ["LoadkitShape", "TritonUser"]
+
+reexec_unpatched()
 
 
 @events.init_command_line_parser.add_listener
@@ -87,6 +92,9 @@ class _Session:
 def _on_init(environment: Any, **_: Any) -> None:
     if environment.parsed_options is None:
         return  # imported by `loadkit run`, which builds its own Run
+    if PATCHED:
+        print(f"loadkit: {PATCHED_MESSAGE}", file=sys.stderr)
+        sys.exit(2)
     try:
         session = _Session(environment)
     except ScenarioError as exc:

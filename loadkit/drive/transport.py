@@ -1,22 +1,16 @@
-"""The hot path: one unary gRPC call per inference with bytes serialized once per template.
+"""Request bytes: each template's ModelInferRequest is serialized once and reused by every call.
 
-tritonclient's InferInput objects and protobuf serialization cost hundreds of microseconds per
-call under gevent; here each template's ModelInferRequest is serialized once, the channel's
-method uses identity serializers, and the response is not parsed (a failed inference arrives as
-a gRPC status, which is all the accounting needs).
+tritonclient's InferInput objects and per-call protobuf serialization cost tens of microseconds;
+the engine's methods use identity serializers and send these bytes as they are, and responses
+are not parsed beyond spotting an error.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from loadkit.channel import make_channel
-from loadkit.scenario import DTYPES, InputSpec, RequestTemplate, TargetSpec
-
-MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+from loadkit.scenario import DTYPES, InputSpec, RequestTemplate
 
 
 def input_array(spec: InputSpec, batch_size: int) -> np.ndarray:
@@ -57,20 +51,3 @@ def prepare(template: RequestTemplate) -> bytes:
     for name in template.outputs:
         req.outputs.add().name = name
     return req.SerializeToString()
-
-
-class Transport:
-    """One channel per process, shared by its users; created after any fork, closed explicitly."""
-
-    def __init__(self, address: str, target: TargetSpec):
-        self.channel = make_channel(address, target)
-        self._call: Any = self.channel.unary_unary(MODEL_INFER)
-        self.metadata = tuple(target.headers) or None
-        self.timeout_s = target.timeout_s
-
-    def infer(self, payload: bytes) -> int:
-        """Send one prepared request; returns the response size. Raises grpc.RpcError."""
-        return len(self._call(payload, timeout=self.timeout_s, metadata=self.metadata))
-
-    def close(self) -> None:
-        self.channel.close()

@@ -1,0 +1,328 @@
+"""The engine: every inference of a process runs on one native thread with grpc.aio.
+
+Why not in the Locust user's greenlet: grpc under gevent (`init_gevent`) cost ~330 µs of client
+CPU per inference on the bench, ~3.5x perf_analyzer, and on a shared 2-core box every client
+microsecond is taken from the server under test. Here each Locust user owns one *lane*: a
+coroutine on the engine's asyncio loop that sends that user's requests back to back. The user's
+greenlet only opens and closes its lane, so gevent never touches a request; completions reach
+Locust's statistics in batches (`pump`), and latencies go into the HDR window on the engine
+thread, where they are measured.
+
+Thread boundaries are explicit: the main thread (gevent hub: Locust, conductor, web UI) talks to
+the engine only through `call_soon_threadsafe`, thread-safe deques and `threading.Event`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+from tritonclient.grpc import service_pb2
+
+from loadkit.channel import make_aio_channel
+from loadkit.record import Recorder
+from loadkit.scenario import TargetSpec
+
+log = logging.getLogger("loadkit.engine")
+
+MODEL_INFER = "/inference.GRPCInferenceService/ModelInfer"
+MODEL_STREAM_INFER = "/inference.GRPCInferenceService/ModelStreamInfer"
+WATCHDOG_S = 0.05
+ERROR_FIELD_TAG = b"\x0a"  # ModelStreamInferResponse field 1 (error_message), serialized first
+
+
+class InferError(Exception):
+    """A failed inference, with the status name the report counts it under."""
+
+    def __init__(self, code: str, details: str):
+        super().__init__(f"{code}: {details}")
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished request, as Locust's statistics need it."""
+
+    template: str
+    latency_us: int
+    size: int
+    error: InferError | None
+
+
+@dataclass(eq=False)
+class Lane:
+    """One Locust user's closed loop on the engine."""
+
+    rng: random.Random
+    stopping: bool = False
+    task: asyncio.Task[None] | None = None
+    stream: Any = None
+    sent_ns: int = 0
+    timed_out: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+class Engine:
+    """Owns the thread, the loop, the channel and the lanes of one process."""
+
+    def __init__(
+        self,
+        address: str,
+        target: TargetSpec,
+        payloads: Sequence[bytes],
+        names: Sequence[str],
+        pick: Callable[[random.Random], int],
+        recorder: Recorder,
+        think_time_s: float = 0.0,
+        transport: str = "stream",
+    ):
+        self.address = address
+        self.target = target
+        self.payloads = list(payloads)
+        self.names = list(names)
+        self.pick = pick if len(self.payloads) > 1 else (lambda _rng: 0)
+        self.recorder = recorder
+        self.think_time_s = think_time_s
+        self.transport = transport
+        self.metadata = tuple(target.headers) or None
+        self.timeout_s = target.timeout_s
+        self.timeout_ns = int(target.timeout_s * 1e9)
+        self.inflight = 0
+        self.completions: collections.deque[Completion] = collections.deque()
+        self.drained = threading.Event()
+        self._gate_open = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._gate: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lanes: set[Lane] = set()
+        self._channel: Any = None
+        self._unary: Any = None
+        self._stream: Any = None
+        self._stopped = False
+
+    # ---- main-thread side ---------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._thread_main, name="loadkit-engine", daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the loadkit engine thread did not start")
+
+    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self._loop is None or self._stopped:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed at shutdown
+            self._loop.call_soon_threadsafe(fn, *args)
+
+    def add_lane(self, rng: random.Random) -> Lane:
+        self.start()
+        lane = Lane(rng)
+        self._post(self._start_lane, lane)
+        return lane
+
+    def remove_lane(self, lane: Lane) -> None:
+        """The lane finishes the request it has in flight (it is counted) and stops."""
+        lane.stopping = True
+        self._post(self._wake_lane, lane)
+
+    def open_gate(self) -> None:
+        self._gate_open = True
+        self._post(self._set_gate, True)
+
+    def close_gate(self) -> None:
+        """Stop new sends; `drained` is set once nothing is in flight."""
+        self._gate_open = False
+        self.drained.clear()
+        self._post(self._set_gate, False)
+        if self._loop is None:
+            self.drained.set()
+
+    @property
+    def gate_open(self) -> bool:
+        return self._gate_open
+
+    def pump(self, fire: Callable[..., Any], limit: int = 100_000) -> int:
+        """Hand finished requests to Locust's request event (main thread); returns how many."""
+        q = self.completions
+        n = 0
+        while q and n < limit:
+            c = q.popleft()
+            n += 1
+            fire(
+                request_type="grpc",
+                name=c.template,
+                response_time=c.latency_us / 1000.0,
+                response_length=c.size,
+                exception=c.error,
+                context=None,
+            )
+        return n
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Cancel every lane, close the channel, end the thread; never hangs past timeout_s."""
+        if self._thread is None or self._loop is None or self._stopped:
+            return
+        done = threading.Event()
+        self._loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._shutdown(done)))
+        if not done.wait(timeout_s):
+            log.warning("engine shutdown took over %.0f s; leaving its daemon thread", timeout_s)
+        self._stopped = True
+        self._thread.join(timeout_s)
+
+    # ---- engine-thread side -------------------------------------------------------------
+    def _thread_main(self) -> None:
+        loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)
+        self._loop = loop
+        self._gate = asyncio.Event()
+        if self._gate_open:
+            self._gate.set()
+        self._channel = make_aio_channel(self.address, self.target)
+        self._unary = self._channel.unary_unary(MODEL_INFER)
+        self._stream = self._channel.stream_stream(MODEL_STREAM_INFER)
+        watchdog = loop.create_task(self._watchdog()) if self.transport == "stream" else None
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+
+    async def _shutdown(self, done: threading.Event) -> None:
+        try:
+            for lane in list(self._lanes):
+                lane.stopping = True
+                if lane.task is not None:
+                    lane.task.cancel()
+            tasks = [lane.task for lane in self._lanes if lane.task is not None]
+            if tasks:
+                await asyncio.wait(tasks, timeout=5)
+            await self._channel.close()
+        finally:
+            done.set()
+            assert self._loop is not None
+            self._loop.stop()
+
+    def _set_gate(self, is_open: bool) -> None:
+        assert self._gate is not None
+        if is_open:
+            self._gate.set()
+        else:
+            self._gate.clear()
+            if self.inflight == 0:
+                self.drained.set()
+
+    def _start_lane(self, lane: Lane) -> None:
+        assert self._loop is not None
+        self._lanes.add(lane)
+        lane.task = self._loop.create_task(self._run_lane(lane))
+
+    def _wake_lane(self, lane: Lane) -> None:
+        """A stopping lane parked at the closed gate or in think time leaves at once."""
+        if lane.task is not None and lane.sent_ns == 0:
+            lane.task.cancel()
+
+    async def _run_lane(self, lane: Lane) -> None:
+        assert self._gate is not None
+        gate = self._gate
+        names, payloads, pick, rng = self.names, self.payloads, self.pick, lane.rng
+        infer = self._infer_stream if self.transport == "stream" else self._infer_unary
+        think = self.think_time_s
+        recorder = self.recorder
+        try:
+            while not lane.stopping:
+                if not gate.is_set():
+                    await gate.wait()
+                    continue
+                i = pick(rng)
+                window = recorder.window
+                self.inflight += 1
+                error: InferError | None = None
+                size = 0
+                lane.sent_ns = t0 = time.perf_counter_ns()
+                try:
+                    size = await infer(lane, payloads[i])
+                except InferError as exc:
+                    error = exc
+                except grpc.aio.AioRpcError as exc:
+                    error = InferError(exc.code().name, exc.details() or "")
+                finally:
+                    latency_us = (time.perf_counter_ns() - t0) // 1000
+                    lane.sent_ns = 0
+                    self.inflight -= 1
+                    if self.inflight == 0 and not gate.is_set():
+                        self.drained.set()
+                name = names[i]
+                if window is not None:
+                    if error is None:
+                        window.record(name, latency_us)
+                    else:
+                        window.error(name, error.code)
+                self.completions.append(Completion(name, latency_us, size, error))
+                if think > 0 and not lane.stopping:
+                    await asyncio.sleep(think)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._lanes.discard(lane)
+            if lane.stream is not None:
+                lane.stream.cancel()
+            lane.done.set()
+
+    async def _infer_unary(self, lane: Lane, payload: bytes) -> int:
+        response = await self._unary(payload, timeout=self.timeout_s, metadata=self.metadata)
+        return len(response)
+
+    async def _infer_stream(self, lane: Lane, payload: bytes) -> int:
+        """One request on the lane's own bidirectional stream (opened on first use)."""
+        call = lane.stream
+        if call is None:
+            call = lane.stream = self._stream(metadata=self.metadata)
+        try:
+            await call.write(payload)
+            response = await call.read()
+        except asyncio.CancelledError:
+            lane.stream = None
+            if lane.timed_out and not lane.stopping:
+                lane.timed_out = False
+                raise InferError(
+                    "DEADLINE_EXCEEDED", f"no response within {self.timeout_s:g} s"
+                ) from None
+            raise
+        except grpc.aio.AioRpcError:
+            lane.stream = None
+            raise
+        if response is grpc.aio.EOF:
+            lane.stream = None
+            raise InferError("UNAVAILABLE", "the server closed the stream")
+        if response[:1] == ERROR_FIELD_TAG:
+            message = service_pb2.ModelStreamInferResponse.FromString(response).error_message
+            if message:
+                raise InferError("INFER_ERROR", message)
+        return len(response)
+
+    async def _watchdog(self) -> None:
+        """Per-request deadlines for streams, which have none of their own."""
+        while True:
+            await asyncio.sleep(WATCHDOG_S)
+            now = time.perf_counter_ns()
+            for lane in list(self._lanes):
+                if lane.sent_ns and now - lane.sent_ns > self.timeout_ns and lane.stream:
+                    lane.timed_out = True
+                    stream, lane.stream = lane.stream, None
+                    stream.cancel()

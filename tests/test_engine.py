@@ -1,0 +1,59 @@
+"""The engine (native thread, grpc.aio) against the real embedded Triton, for both transports:
+exact accounting, and per-request deadlines that count as errors instead of hanging."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import loadkit, results, write
+
+SCENARIO = """
+name: engine-{transport}
+target: {{transport: {transport}, timeout: {timeout}}}
+requests:
+  dense_b1:
+    model: dense
+    inputs: {{INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 3}}}}
+phases:
+  - name: p
+    load: {{concurrency: [1, 6], step_duration: 2s, warmup: 0.5s}}
+{config}
+"""
+
+
+@pytest.mark.parametrize("transport", ["stream", "unary"])
+def test_transport_accounts_for_every_request(triton, tmp_path, transport: str) -> None:
+    scen = write(
+        tmp_path / "s.yaml", SCENARIO.format(transport=transport, timeout="10s", config="")
+    )
+    out = tmp_path / "r"
+    proc = loadkit("run", str(scen), "--target", triton.grpc_address, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = results(out)
+    assert data["scenario"]["target"]["transport"] == transport
+    for step in data["phases"][0]["steps"]:
+        assert step["requests"] > 50, step
+        assert step["errors"] == {}
+        assert step["server"]["dense"]["success"] == step["requests"]
+        assert step["generator"]["cpu_us_per_request"] > 0
+
+
+@pytest.mark.parametrize("transport", ["stream", "unary"])
+def test_slow_responses_hit_the_deadline_and_are_counted(triton, tmp_path, transport) -> None:
+    """Every execute takes 0.6 s, the deadline is 0.2 s: each request fails DEADLINE_EXCEEDED."""
+    config = '    config: {dense: {parameters: {device_us: "600000"}}}'
+    scen = write(
+        tmp_path / "s.yaml", SCENARIO.format(transport=transport, timeout="200ms", config=config)
+    )
+    out = tmp_path / "r"
+    t0 = time.monotonic()
+    proc = loadkit("run", str(scen), "--target", triton.grpc_address, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert time.monotonic() - t0 < 60
+    for step in results(out)["phases"][0]["steps"]:
+        assert step["requests"] == 0, "nothing can succeed within the deadline"
+        n = step["errors"].get("DEADLINE_EXCEEDED", 0)
+        # each user fails one request per 0.2 s deadline: about 10 per user in a 2 s step
+        assert n >= 5 * step["load"]["concurrency"], step["errors"]
+        assert set(step["errors"]) == {"DEADLINE_EXCEEDED"}
