@@ -71,7 +71,7 @@ def _progress_line(run: Any, last: dict[str, Any]) -> str:
         return f"[{st['stage']}]"
     total = len(run.plan.phases[[p.name for p in run.plan.phases].index(st["phase"])].steps)
     return (
-        f"[{st['phase']} step {st['step'] + 1}/{total} concurrency {st['concurrency']}] "
+        f"[{st['phase']} step {st['step'] + 1}/{total} {st['load']}] "
         f"{st['stage']} {st['elapsed_s']:.0f}s, {st['remaining_s']:.0f}s left{rate}"
     )
 
@@ -179,6 +179,8 @@ def _drive(
     code = run.conductor.exit_code
     if code == 0 and run.result.status != "complete":
         code = EXIT_FAILED
+    if code == 0 and any(o["status"] == "fail" for o in run.result.thresholds):
+        code = EXIT_FAILED  # an SLO gate failed: CI reads 1 (2 stays bad input)
     return code
 
 

@@ -9,25 +9,69 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadkit.scenario import Requirements, Scenario
+from loadkit.scenario import RateLoad, Requirements, Scenario, Thresholds
+
+
+def load_label(load: dict[str, Any]) -> str:
+    """A step's load as reports print it: '8', '300/s', '200/s poisson (cap 16)'."""
+    if set(load) == {"concurrency"}:
+        return str(load["concurrency"])
+    if "rate" in load:
+        label = f"{load['rate']:g}/s"
+        if load.get("arrival", "constant") != "constant":
+            label += f" {load['arrival']}"
+        if load.get("max_concurrency"):
+            label += f" (cap {load['max_concurrency']})"
+        return label
+    return ", ".join(f"{k} {v}" for k, v in load.items())
+
+
+@dataclass(frozen=True)
+class Arrivals:
+    """An open-loop step's schedule: the whole run's rate, how it arrives, its limits."""
+
+    rate: float
+    arrival: str = "constant"
+    seed: int = 0
+    max_concurrency: int = 0
+    late_tolerance_s: float = 0.005
 
 
 @dataclass(frozen=True)
 class Step:
+    """One load level. Closed loop: `concurrency` users. Open loop (`arrivals` set): one user
+    per process runs the schedule, so `concurrency` is 1 there."""
+
     phase_index: int
     phase: str
     index: int
     concurrency: int
     warmup_s: float
     duration_s: float
+    arrivals: Arrivals | None = None
 
     @property
     def key(self) -> str:
         return f"{self.phase}/{self.index}"
 
     @property
-    def load(self) -> dict[str, int]:
-        return {"concurrency": self.concurrency}
+    def open_loop(self) -> bool:
+        return self.arrivals is not None
+
+    @property
+    def load(self) -> dict[str, Any]:
+        a = self.arrivals
+        if a is None:
+            return {"concurrency": self.concurrency}
+        out: dict[str, Any] = {"rate": a.rate, "arrival": a.arrival}
+        if a.max_concurrency:
+            out["max_concurrency"] = a.max_concurrency
+        return out
+
+    @property
+    def label(self) -> str:
+        a = self.arrivals
+        return f"concurrency {self.concurrency}" if a is None else f"rate {a.rate:g}/s"
 
 
 @dataclass(frozen=True)
@@ -37,6 +81,7 @@ class PhasePlan:
     steps: tuple[Step, ...]
     config: dict[str, dict[str, Any]] = field(default_factory=dict)
     requires: Requirements = Requirements()
+    thresholds: Thresholds = Thresholds()
 
 
 @dataclass(frozen=True)
@@ -63,15 +108,24 @@ class Plan:
             f"{len(self.steps)} step(s), about {self.estimated_s:.0f} s of load"
         ]
         for p in self.phases:
-            levels = ", ".join(str(s.concurrency) for s in p.steps)
             first = p.steps[0]
+            if first.arrivals is None:
+                levels = "concurrency " + ", ".join(str(s.concurrency) for s in p.steps)
+            else:
+                a = first.arrivals
+                cap = f", at most {a.max_concurrency} in flight" if a.max_concurrency else ""
+                levels = (
+                    f"{a.arrival} arrivals at "
+                    + ", ".join(f"{s.arrivals.rate:g}" for s in p.steps if s.arrivals)
+                    + f" requests/s{cap}"
+                )
             cfg = f"; config overlay for {', '.join(p.config)}" if p.config else ""
             if p.requires.gpu or p.requires.files:
                 needs = ["a GPU"] if p.requires.gpu else []
                 needs += [f.name for f in p.requires.files]
                 cfg += f"; needs {', '.join(needs)}"
             lines.append(
-                f"  {p.index + 1}. {p.name}: concurrency {levels}; each step "
+                f"  {p.index + 1}. {p.name}: {levels}; each step "
                 f"{first.warmup_s:g} s warm-up + {first.duration_s:g} s measured{cfg}"
             )
         return "\n".join(lines)
@@ -80,9 +134,22 @@ class Plan:
 def build_plan(scenario: Scenario) -> Plan:
     phases = []
     for i, ph in enumerate(scenario.phases):
-        steps = tuple(
-            Step(i, ph.name, j, c, ph.load.warmup_s, ph.load.step_duration_s)
-            for j, c in enumerate(ph.load.levels)
-        )
-        phases.append(PhasePlan(i, ph.name, steps, ph.config, ph.requires))
+        load = ph.load
+        if isinstance(load, RateLoad):
+            steps = tuple(
+                Step(
+                    i, ph.name, j, 1, load.warmup_s, load.step_duration_s,
+                    Arrivals(
+                        r, load.arrival, load.seed + j, load.max_concurrency,
+                        load.late_tolerance_s,
+                    ),
+                )
+                for j, r in enumerate(load.levels)
+            )
+        else:
+            steps = tuple(
+                Step(i, ph.name, j, c, load.warmup_s, load.step_duration_s)
+                for j, c in enumerate(load.levels)
+            )
+        phases.append(PhasePlan(i, ph.name, steps, ph.config, ph.requires, ph.thresholds))
     return Plan(scenario.name, tuple(phases), scenario.think_time_s)

@@ -51,13 +51,28 @@ class StepWindow:
     histograms: dict[str, HdrHistogram] = field(default_factory=dict)
     errors: dict[str, Counter[str]] = field(default_factory=dict)
     out_of_range: int = 0
+    # open loop only: latency from the actual send (`histograms` count from the scheduled time)
+    service: dict[str, HdrHistogram] = field(default_factory=dict)
+    dropped: Counter[str] = field(default_factory=Counter)
+    late: Counter[str] = field(default_factory=Counter)
 
-    def record(self, template: str, latency_us: int) -> None:
+    def record(self, template: str, latency_us: int, service_us: int | None = None) -> None:
         h = self.histograms.get(template)
         if h is None:
             h = self.histograms[template] = new_histogram()
         if not h.record_value(max(latency_us, LOWEST_US)):
             self.out_of_range += 1
+        if service_us is not None:
+            s = self.service.get(template)
+            if s is None:
+                s = self.service[template] = new_histogram()
+            s.record_value(max(service_us, LOWEST_US))
+
+    def merged_service(self) -> HdrHistogram:
+        total = new_histogram()
+        for h in self.service.values():
+            total.add(h)
+        return total
 
     def error(self, template: str, code: str) -> None:
         self.errors.setdefault(template, Counter())[code] += 1
@@ -79,6 +94,9 @@ class StepWindow:
 
     def encoded(self) -> dict[str, str]:
         return {name: encode(h) for name, h in self.histograms.items()}
+
+    def encoded_service(self) -> dict[str, str]:
+        return {name: encode(h) for name, h in self.service.items()}
 
 
 class Recorder:

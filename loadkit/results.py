@@ -32,10 +32,17 @@ class StepResult:
     generator: dict[str, float] = field(default_factory=dict)
     histograms: dict[str, str] = field(default_factory=dict)
     out_of_range: int = 0
+    # Open loop only: scheduled/sent/dropped/late counts and the latency from the actual send
+    # (`latency_us` then counts from the scheduled send time).
+    open_loop: dict[str, Any] = field(default_factory=dict)
+    service_histograms: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
         out.pop("histograms")
+        out.pop("service_histograms")
+        if not self.open_loop:
+            out.pop("open_loop")
         return out
 
 
@@ -71,6 +78,7 @@ class RunResult:
     reason: str = ""
     phases: list[PhaseResult] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    thresholds: list[dict[str, Any]] = field(default_factory=list)  # slo.Outcome as JSON
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -84,5 +92,6 @@ class RunResult:
             "status": self.status,
             "reason": self.reason,
             "events": self.events,
+            "thresholds": self.thresholds,
             "phases": [p.to_json() for p in self.phases],
         }

@@ -18,6 +18,7 @@ from loadkit.plan import Plan, build_plan
 from loadkit.report import render, write_report
 from loadkit.results import RunResult
 from loadkit.scenario import Scenario
+from loadkit.slo import Outcome, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,14 @@ class Run:
     def _on_test_stop(self, **_: Any) -> None:
         self.drive.stop()
 
+    def check_thresholds(self) -> list[Outcome]:
+        outcomes = evaluate(self.plan, self.result.to_json())
+        self.result.thresholds = [o.to_json() for o in outcomes]
+        return outcomes
+
     def save(self, final: bool = False) -> None:
+        if final:
+            self.check_thresholds()
         self.last_report = write_report(self.out_dir, self.result)
         if not final:
             return

@@ -8,6 +8,7 @@ model metadata that the control stage fetched.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 import re
@@ -36,9 +37,9 @@ DTYPES: dict[str, str] = {
 }
 DATA_KINDS = ("random", "zeros", "ones", "constant", "file")
 MAX_CONCURRENCY = 10_000
-_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*(ms|s|m|h))+\s*$")
-_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h)")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*(us|µs|ms|s|m|h))+\s*$")
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(us|µs|ms|s|m|h)")
+_UNIT_S = {"us": 1e-6, "µs": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -99,6 +100,29 @@ class ConcurrencyLoad:
 
 
 @dataclass(frozen=True)
+class RateLoad:
+    """Open loop: requests sent on a schedule fixed in advance, whatever the responses do.
+
+    Latency counts from each request's scheduled send time (no coordinated omission);
+    `max_concurrency` caps requests in flight (a send that finds the cap full is dropped and
+    counted); a send later than `late_tolerance_s` is sent and counted late.
+    """
+
+    levels: tuple[float, ...]  # requests per second, whole run (split between processes)
+    step_duration_s: float
+    warmup_s: float
+    spec: str
+    arrival: str = "constant"  # or "poisson"
+    seed: int = 0
+    max_concurrency: int = 0  # 0: no cap beyond MAX_CONCURRENCY
+    late_tolerance_s: float = 0.005
+
+
+ARRIVALS = ("constant", "poisson")
+MAX_RATE = 1_000_000.0
+
+
+@dataclass(frozen=True)
 class Requirements:
     """What a phase needs from the host; unmet, the phase is skipped with a reason, not failed."""
 
@@ -106,12 +130,48 @@ class Requirements:
     files: tuple[Path, ...] = ()
 
 
+LATENCY_METRICS = ("p50", "p90", "p95", "p99", "p999")
+THRESHOLD_METRICS = (*LATENCY_METRICS, "error_rate", "min_throughput", "max_dropped")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One SLO: a latency max (µs), error_rate / max_dropped max (fraction) or min_throughput
+    (infer/s); for every request or one template; `where` is the file:line it came from."""
+
+    metric: str
+    limit: float
+    template: str | None = None
+    where: str = ""
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        return (self.metric, self.template)
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}[{self.template}]" if self.template else self.metric
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    items: tuple[Threshold, ...] = ()
+    abort_on_fail: bool = False
+
+    def extended(self, other: Thresholds) -> Thresholds:
+        """`other` (a phase's) overrides the same metric for the same template."""
+        keys = {t.key for t in other.items}
+        items = tuple(t for t in self.items if t.key not in keys) + other.items
+        return Thresholds(items, self.abort_on_fail or other.abort_on_fail)
+
+
 @dataclass(frozen=True)
 class PhaseSpec:
     name: str
-    load: ConcurrencyLoad
+    load: ConcurrencyLoad | RateLoad
     config: dict[str, dict[str, Any]] = field(default_factory=dict)
     requires: Requirements = Requirements()
+    thresholds: Thresholds = Thresholds()
 
 
 @dataclass(frozen=True)
@@ -182,6 +242,15 @@ class _Checker:
         self.base_dir = base_dir
         self.problems: list[Problem] = []
         self.secrets: list[str] = []
+        self.request_names: tuple[str, ...] = ()
+
+    def where(self, path: KeyPath) -> str:
+        """file:line of a key, for messages that point back at the scenario."""
+        return f"{self.src.file}:{self.src.line(path)}"
+
+    def suggest(self, name: str) -> str:
+        close = difflib.get_close_matches(name, self.request_names, n=1)
+        return f"; did you mean '{close[0]}'?" if close else ""
 
     def add(self, path: KeyPath, message: str) -> None:
         self.problems.append(self.src.problem(path, message))
@@ -472,26 +541,98 @@ def _target(ck: _Checker, raw: Any) -> TargetSpec:
     )
 
 
-def _load(ck: _Checker, raw: Any, path: KeyPath) -> ConcurrencyLoad | None:
-    m = ck.mapping(
-        raw, path, ("concurrency", "step_duration", "warmup"), ("concurrency", "step_duration")
+def _load(ck: _Checker, raw: Any, path: KeyPath) -> ConcurrencyLoad | RateLoad | None:
+    allowed = (
+        "concurrency", "rate", "step_duration", "warmup", "arrival", "seed", "max_concurrency",
+        "late_tolerance",
     )
+    m = ck.mapping(raw, path, allowed, ("step_duration",))
     if m is None:
         return None
-    levels = None
-    if "concurrency" in m:
-        levels, err = parse_ramp(m["concurrency"])
-        if err:
-            ck.add((*path, "concurrency"), err)
+    if ("concurrency" in m) == ("rate" in m):
+        ck.add(path, "expected exactly one of 'concurrency' (closed loop) or 'rate' (open loop)")
+        return None
     step = (
         ck.duration(m["step_duration"], (*path, "step_duration"), False)
         if "step_duration" in m
         else None
     )
     warmup = ck.duration(m.get("warmup", 2.0), (*path, "warmup"), True)
-    if levels is None or step is None or warmup is None:
+    if "concurrency" in m:
+        for key in ("arrival", "seed", "max_concurrency", "late_tolerance"):
+            if key in m:
+                ck.add((*path, key), f"'{key}' applies to a 'rate' load, not to 'concurrency'")
+        levels, err = parse_ramp(m["concurrency"])
+        if err:
+            ck.add((*path, "concurrency"), err)
+        if levels is None or step is None or warmup is None:
+            return None
+        return ConcurrencyLoad(levels, step, warmup, str(m["concurrency"]))
+    rates, err = parse_rate_ramp(m["rate"])
+    if err:
+        ck.add((*path, "rate"), err)
+    arrival = m.get("arrival", "constant")
+    if arrival not in ARRIVALS:
+        ck.add(
+            (*path, "arrival"), f"expected one of {', '.join(ARRIVALS)}; found {_found(arrival)}"
+        )
+    seed = m.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        ck.add((*path, "seed"), f"expected a non-negative integer; found {_found(seed)}")
+        seed = 0
+    cap = m.get("max_concurrency", 0)
+    if "max_concurrency" in m and (
+        isinstance(cap, bool) or not isinstance(cap, int) or not 1 <= cap <= MAX_CONCURRENCY
+    ):
+        ck.add(
+            (*path, "max_concurrency"),
+            f"expected an integer between 1 and {MAX_CONCURRENCY}; found {_found(cap)}",
+        )
+        cap = 0
+    late = ck.duration(m.get("late_tolerance", 0.005), (*path, "late_tolerance"), True)
+    if rates is None or step is None or warmup is None or late is None:
         return None
-    return ConcurrencyLoad(levels, step, warmup, str(m["concurrency"]))
+    return RateLoad(
+        rates, step, warmup, str(m["rate"]), str(arrival), seed, cap, late
+    )
+
+
+def parse_rate_ramp(spec: Any) -> tuple[tuple[float, ...] | None, str | None]:
+    """'100:500:100' -> (100, 200, ..., 500) requests/s; 250 -> (250,); [50, 200] -> (50, 200)."""
+    expected = (
+        "a rate in requests/s, a list of rates, or a ramp 'start:stop:step' such as '100:500:100'"
+    )
+
+    def ok(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= MAX_RATE
+
+    if ok(spec):
+        return (float(spec),), None
+    if isinstance(spec, list) and spec and all(ok(v) for v in spec):
+        return tuple(float(v) for v in spec), None
+    if isinstance(spec, str):
+        text = spec.strip().removesuffix("/s")
+        parts = text.split(":")
+        try:
+            nums = [float(p) for p in parts]
+        except ValueError:
+            nums = []
+        if len(nums) == 1 and 0 < nums[0] <= MAX_RATE:
+            return (nums[0],), None
+        if len(parts) in (2, 3) and len(nums) == len(parts):
+            start, stop = nums[0], nums[1]
+            step = nums[2] if len(nums) == 3 else 1.0
+            if start <= 0 or step <= 0:
+                return None, f"expected start > 0 and step > 0 in 'start:stop:step'; found '{spec}'"
+            if stop < start:
+                return None, f"expected stop >= start in 'start:stop:step'; found '{spec}'"
+            if stop > MAX_RATE:
+                return None, f"expected stop <= {MAX_RATE:.0f}; found '{spec}'"
+            n = int((stop - start) / step + 1e-9) + 1
+            return tuple(round(start + i * step, 6) for i in range(n)), None
+    if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+        return None, f"expected a rate above 0 and at most {MAX_RATE:.0f} requests/s; found {spec}"
+    return None, f"expected {expected}; found {_found(spec)}"
 
 
 def _phases(ck: _Checker, raw: Any) -> tuple[PhaseSpec, ...]:
@@ -502,7 +643,9 @@ def _phases(ck: _Checker, raw: Any) -> tuple[PhaseSpec, ...]:
     names: set[str] = set()
     for i, item in enumerate(raw):
         p: KeyPath = ("phases", i)
-        m = ck.mapping(item, p, ("name", "load", "config", "requires"), ("name", "load"))
+        m = ck.mapping(
+            item, p, ("name", "load", "config", "requires", "thresholds"), ("name", "load")
+        )
         if m is None:
             continue
         name = ck.string(m.get("name"), (*p, "name"), "a phase name") if "name" in m else None
@@ -528,9 +671,79 @@ def _phases(ck: _Checker, raw: Any) -> tuple[PhaseSpec, ...]:
                     if isinstance(overlay, dict):
                         config[model] = overlay
         requires = _requires(ck, m.get("requires"), (*p, "requires"), config)
+        own = _thresholds(ck, m["thresholds"], (*p, "thresholds")) if "thresholds" in m else None
         if name and load:
-            out.append(PhaseSpec(name, load, config, requires))
+            out.append(PhaseSpec(name, load, config, requires, own or Thresholds()))
     return tuple(out)
+
+
+def _fraction(ck: _Checker, value: Any, path: KeyPath) -> float | None:
+    """'1%' or 0.01 -> 0.01."""
+    expected = "a fraction such as 0.01 or a percentage such as '1%'"
+    if isinstance(value, str) and re.match(r"^\s*\d+(\.\d+)?\s*%\s*$", value):
+        f = float(value.strip().rstrip("%")) / 100
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        f = float(value)
+    else:
+        ck.add(path, f"expected {expected}; found {_found(value)}")
+        return None
+    if not 0 <= f <= 1:
+        ck.add(path, f"expected {expected} between 0 and 100%; found {value!r}")
+        return None
+    return f
+
+
+def _threshold_items(
+    ck: _Checker, m: dict[str, Any], path: KeyPath, template: str | None
+) -> list[Threshold]:
+    out = []
+    for metric, value in m.items():
+        p = (*path, metric)
+        where = ck.where(p)
+        if metric in LATENCY_METRICS:
+            seconds = ck.duration(value, p, False)
+            if seconds is not None:
+                out.append(Threshold(metric, seconds * 1e6, template, where))
+        elif metric in ("error_rate", "max_dropped"):
+            f = _fraction(ck, value, p)
+            if f is not None:
+                out.append(Threshold(metric, f, template, where))
+        elif metric == "min_throughput":
+            n = ck.number(value, p, 0, exclusive=True)
+            if n is not None:
+                out.append(Threshold(metric, n, template, where))
+    return out
+
+
+def _thresholds(ck: _Checker, raw: Any, path: KeyPath) -> Thresholds | None:
+    """`thresholds: {p99: 50ms, error_rate: 1%, min_throughput: 500, templates: {...}}`."""
+    m = ck.mapping(raw, path, (*THRESHOLD_METRICS, "abort_on_fail", "templates"))
+    if m is None:
+        return None
+    abort = m.get("abort_on_fail", False)
+    if not isinstance(abort, bool):
+        ck.add((*path, "abort_on_fail"), f"expected true or false; found {_found(abort)}")
+        abort = False
+    items = _threshold_items(
+        ck, {k: v for k, v in m.items() if k in THRESHOLD_METRICS}, path, None
+    )
+    if "templates" in m:
+        t = m["templates"]
+        if not isinstance(t, dict):
+            ck.add(
+                (*path, "templates"),
+                f"expected a mapping of request name -> thresholds; found {_found(t)}",
+            )
+        else:
+            for tname, traw in t.items():
+                tp = (*path, "templates", tname)
+                if tname not in ck.request_names:
+                    ck.add(tp, f"no request template named '{tname}'{ck.suggest(tname)}")
+                    continue
+                tm = ck.mapping(traw, tp, LATENCY_METRICS + ("error_rate",))
+                if tm is not None:
+                    items += _threshold_items(ck, tm, tp, str(tname))
+    return Thresholds(tuple(items), abort)
 
 
 def _requires(
@@ -587,7 +800,9 @@ def _mix(ck: _Checker, raw: Any, names: list[str]) -> dict[str, float]:
     return {k: v for k, v in out.items() if v > 0}
 
 
-TOP_KEYS = ("name", "description", "target", "requests", "mix", "think_time", "phases")
+TOP_KEYS = (
+    "name", "description", "target", "requests", "mix", "think_time", "thresholds", "phases"
+)
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -621,7 +836,16 @@ def load_scenario(path: str | Path) -> Scenario:
     names = list(raw_requests) if isinstance(raw_requests, dict) else []
     mix = _mix(ck, top.get("mix"), names)
     think = ck.duration(top.get("think_time", 0), ("think_time",), True)
+    ck.request_names = tuple(names)
+    thresholds = None
+    if "thresholds" in top:
+        thresholds = _thresholds(ck, top["thresholds"], ("thresholds",))
     phases = _phases(ck, top["phases"]) if "phases" in top else ()
+    if thresholds is not None:
+        phases = tuple(
+            dataclasses.replace(ph, thresholds=thresholds.extended(ph.thresholds))
+            for ph in phases
+        )
     if ck.problems:
         raise ScenarioError(ck.problems)
     return Scenario(name, path, target, requests, mix, think or 0.0, phases, src)

@@ -25,6 +25,8 @@ from loadkit.control.server import diff_counters
 from loadkit.plan import Step
 from loadkit.record import StepWindow, latency_summary
 from loadkit.results import PhaseResult, StepResult
+from loadkit.scenario import Threshold
+from loadkit.slo import check_phase, failed
 
 if TYPE_CHECKING:
     from loadkit.run import Run
@@ -97,6 +99,28 @@ def build_step_result(
             "cpu_util": round(cpu / duration_s, 3) if duration_s > 0 else 0.0,
             "rss_mb": round(rss / 2**20, 1),
         }
+    open_loop: dict[str, Any] = {}
+    if step.arrivals is not None:
+        a = step.arrivals
+        dropped = sum(window.dropped.values())
+        late = sum(window.late.values())
+        sent = requests + sum(errors.values())
+        scheduled = sent + dropped
+        open_loop = {
+            "rate": a.rate,
+            "arrival": a.arrival,
+            "max_concurrency": a.max_concurrency,
+            "scheduled": scheduled,
+            "sent": sent,
+            "dropped": dropped,
+            "late": late,
+            "late_tolerance_ms": round(a.late_tolerance_s * 1000, 3),
+            "dropped_ratio": round(dropped / scheduled, 5) if scheduled else 0.0,
+            "achieved_rate": round(sent / duration_s, 2) if duration_s > 0 else 0.0,
+            "latency_from": "scheduled send time (service_latency_us: from the actual send)",
+            "service_latency_us": latency_summary(window.merged_service()),
+            "generator_limited": bool(dropped or late > 0.01 * max(sent, 1)),
+        }
     return StepResult(
         phase=step.phase,
         index=step.index,
@@ -116,6 +140,8 @@ def build_step_result(
         generator=generator,
         histograms=window.encoded(),
         out_of_range=window.out_of_range,
+        open_loop=open_loop,
+        service_histograms=window.encoded_service(),
     )
 
 
@@ -171,6 +197,8 @@ class Conductor:
                 for step in phase.steps:
                     self._run_step(step, pr)
                     run.save()
+                    if phase.thresholds.abort_on_fail:
+                        self._check_abort(phase.thresholds.items, pr)
                     if self.aborted:
                         pr.status = "partial"
                         break
@@ -197,6 +225,18 @@ class Conductor:
             self.stage = "done"
             self.finished.set()
 
+    def _check_abort(self, thresholds: tuple[Threshold, ...], pr: PhaseResult) -> None:
+        """abort_on_fail: stop at the first step that breaks a threshold (report still written,
+        configs still restored, exit 1)."""
+        broken = failed(check_phase(thresholds, pr.to_json()))
+        if broken:
+            o = broken[0]
+            self.abort(f"threshold {o.threshold} failed in phase {o.phase}: {o.message}", 1)
+            self.run.result.events.append(
+                {"at": utcnow(), "event": "threshold_abort", "phase": o.phase,
+                 "threshold": o.threshold, "detail": o.message}
+            )
+
     def _wait_users(self, count: int) -> None:
         runner = self.run.environment.runner
         deadline = time.monotonic() + SPAWN_WAIT_S
@@ -211,6 +251,7 @@ class Conductor:
         self.target = (step.concurrency, max(1000.0, step.concurrency * 100.0))
         self._set_stage("spawning", 0)
         self._wait_users(step.concurrency)
+        ctx.engine.set_arrivals(step.arrivals)
         self._set_stage("warm-up", step.warmup_s)
         ctx.open_gate()
         if step.warmup_s > 0 and not self._sleep(step.warmup_s):
@@ -260,6 +301,7 @@ class Conductor:
             "phase": step.phase if step else "",
             "step": step.index if step else None,
             "concurrency": step.concurrency if step else None,
+            "load": step.label if step else "",
             "stage": self.stage,
             "elapsed_s": elapsed,
             "remaining_s": max(0.0, self.stage_length_s - elapsed),

@@ -29,6 +29,7 @@ import grpc
 from tritonclient.grpc import service_pb2
 
 from loadkit.channel import make_aio_channel
+from loadkit.plan import Arrivals
 from loadkit.record import Recorder
 from loadkit.scenario import TargetSpec
 
@@ -59,15 +60,23 @@ class Completion:
 
 
 @dataclass(eq=False)
+class Slot:
+    """Room for one request in flight: a stream (opened on first use) and its send time."""
+
+    stream: Any = None
+    sent_ns: int = 0
+    timed_out: bool = False
+
+
+@dataclass(eq=False)
 class Lane:
-    """One Locust user's closed loop on the engine."""
+    """One Locust user on the engine: a closed loop, or in an open-loop step the schedule."""
 
     rng: random.Random
     stopping: bool = False
     task: asyncio.Task[None] | None = None
-    stream: Any = None
-    sent_ns: int = 0
-    timed_out: bool = False
+    slot: Slot = field(default_factory=Slot)
+    scheduling: bool = False
     done: threading.Event = field(default_factory=threading.Event)
 
 
@@ -105,6 +114,10 @@ class Engine:
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
         self._lanes: set[Lane] = set()
+        self._busy: set[Slot] = set()
+        self._idle_slots: list[Slot] = []
+        self.arrivals: Arrivals | None = None
+        self._generation = 0
         self._channel: Any = None
         self._unary: Any = None
         self._stream: Any = None
@@ -137,6 +150,16 @@ class Engine:
         """The lane finishes the request it has in flight (it is counted) and stops."""
         lane.stopping = True
         self._post(self._wake_lane, lane)
+
+    def set_arrivals(self, arrivals: Arrivals | None, share: float = 1.0) -> None:
+        """The next gate opening runs this schedule (`share` of its rate) or, None, closed loops."""
+        if arrivals is not None and share != 1.0:
+            arrivals = Arrivals(
+                arrivals.rate * share, arrivals.arrival, arrivals.seed,
+                max(1, round(arrivals.max_concurrency * share)) if arrivals.max_concurrency else 0,
+                arrivals.late_tolerance_s,
+            )
+        self.arrivals = arrivals
 
     def open_gate(self) -> None:
         self._gate_open = True
@@ -221,6 +244,7 @@ class Engine:
     def _set_gate(self, is_open: bool) -> None:
         assert self._gate is not None
         if is_open:
+            self._generation += 1
             self._gate.set()
         else:
             self._gate.clear()
@@ -233,15 +257,15 @@ class Engine:
         lane.task = self._loop.create_task(self._run_lane(lane))
 
     def _wake_lane(self, lane: Lane) -> None:
-        """A stopping lane parked at the closed gate or in think time leaves at once."""
-        if lane.task is not None and lane.sent_ns == 0:
+        """A stopping lane parked at the gate, in think time or between scheduled sends leaves
+        at once (scheduled requests already sent run on as their own tasks and are counted)."""
+        if lane.task is not None and (lane.slot.sent_ns == 0 or lane.scheduling):
             lane.task.cancel()
 
     async def _run_lane(self, lane: Lane) -> None:
         assert self._gate is not None
         gate = self._gate
         names, payloads, pick, rng = self.names, self.payloads, self.pick, lane.rng
-        infer = self._infer_stream if self.transport == "stream" else self._infer_unary
         think = self.think_time_s
         recorder = self.recorder
         try:
@@ -249,24 +273,12 @@ class Engine:
                 if not gate.is_set():
                     await gate.wait()
                     continue
+                if self.arrivals is not None:
+                    await self._run_schedule(lane, self.arrivals)
+                    continue
                 i = pick(rng)
                 window = recorder.window
-                self.inflight += 1
-                error: InferError | None = None
-                size = 0
-                lane.sent_ns = t0 = time.perf_counter_ns()
-                try:
-                    size = await infer(lane, payloads[i])
-                except InferError as exc:
-                    error = exc
-                except grpc.aio.AioRpcError as exc:
-                    error = InferError(exc.code().name, exc.details() or "")
-                finally:
-                    latency_us = (time.perf_counter_ns() - t0) // 1000
-                    lane.sent_ns = 0
-                    self.inflight -= 1
-                    if self.inflight == 0 and not gate.is_set():
-                        self.drained.set()
+                latency_us, size, error = await self._send(lane.slot, payloads[i])
                 name = names[i]
                 if window is not None:
                     if error is None:
@@ -280,35 +292,121 @@ class Engine:
             pass
         finally:
             self._lanes.discard(lane)
-            if lane.stream is not None:
-                lane.stream.cancel()
+            if lane.slot.stream is not None:
+                lane.slot.stream.cancel()
             lane.done.set()
 
-    async def _infer_unary(self, lane: Lane, payload: bytes) -> int:
+    async def _send(self, slot: Slot, payload: bytes) -> tuple[int, int, InferError | None]:
+        """One request; (latency µs from the send, response bytes, error). Keeps `inflight`."""
+        gate = self._gate
+        assert gate is not None
+        self.inflight += 1
+        self._busy.add(slot)
+        error: InferError | None = None
+        size = 0
+        slot.sent_ns = t0 = time.perf_counter_ns()
+        try:
+            if self.transport == "stream":
+                size = await self._infer_stream(slot, payload)
+            else:
+                size = await self._infer_unary(payload)
+        except InferError as exc:
+            error = exc
+        except grpc.aio.AioRpcError as exc:
+            error = InferError(exc.code().name, exc.details() or "")
+        finally:
+            latency_us = (time.perf_counter_ns() - t0) // 1000
+            slot.sent_ns = 0
+            self._busy.discard(slot)
+            self.inflight -= 1
+            if self.inflight == 0 and not gate.is_set():
+                self.drained.set()
+        return latency_us, size, error
+
+    async def _run_schedule(self, lane: Lane, arrivals: Arrivals) -> None:
+        """Send on a schedule fixed in advance until the gate closes or reopens.
+
+        The schedule restarts at every gate opening (warm-up, then the measured window) and is
+        seeded, so two runs send the same sequence. A send that finds `max_concurrency` requests
+        in flight is dropped, one later than the tolerance is late; both are counted.
+        """
+        gate = self._gate
+        assert gate is not None
+        generation = self._generation
+        rng = random.Random(arrivals.seed * 7_919 + generation)
+        poisson = arrivals.arrival == "poisson"
+        mean_ns = 1e9 / arrivals.rate
+        cap = arrivals.max_concurrency or 1_000_000
+        tolerance_ns = arrivals.late_tolerance_s * 1e9
+        names, payloads, pick = self.names, self.payloads, self.pick
+        recorder = self.recorder
+        in_flight: set[asyncio.Task[None]] = set()
+        next_ns = float(time.perf_counter_ns())
+        lane.scheduling = True
+        try:
+            while gate.is_set() and generation == self._generation and not lane.stopping:
+                delay = (next_ns - time.perf_counter_ns()) / 1e9
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                    if not gate.is_set() or generation != self._generation or lane.stopping:
+                        break
+                i = pick(lane.rng)
+                window = recorder.window
+                scheduled_ns = int(next_ns)
+                next_ns += rng.expovariate(1.0) * mean_ns if poisson else mean_ns
+                if len(in_flight) >= cap:
+                    if window is not None:
+                        window.dropped[names[i]] += 1
+                    continue
+                if window is not None and time.perf_counter_ns() - scheduled_ns > tolerance_ns:
+                    window.late[names[i]] += 1
+                task = asyncio.get_running_loop().create_task(
+                    self._scheduled(i, payloads[i], scheduled_ns, window)
+                )
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+        finally:
+            lane.scheduling = False
+
+    async def _scheduled(self, i: int, payload: bytes, scheduled_ns: int, window: Any) -> None:
+        slot = self._idle_slots.pop() if self._idle_slots else Slot()
+        latency_us, size, error = await self._send(slot, payload)
+        if slot.stream is not None:
+            self._idle_slots.append(slot)
+        from_schedule_us = (time.perf_counter_ns() - scheduled_ns) // 1000
+        name = self.names[i]
+        if window is not None:
+            if error is None:
+                window.record(name, from_schedule_us, latency_us)
+            else:
+                window.error(name, error.code)
+        self.completions.append(Completion(name, from_schedule_us, size, error))
+
+    async def _infer_unary(self, payload: bytes) -> int:
         response = await self._unary(payload, timeout=self.timeout_s, metadata=self.metadata)
         return len(response)
 
-    async def _infer_stream(self, lane: Lane, payload: bytes) -> int:
-        """One request on the lane's own bidirectional stream (opened on first use)."""
-        call = lane.stream
+    async def _infer_stream(self, slot: Slot, payload: bytes) -> int:
+        """One request on the slot's own bidirectional stream (opened on first use)."""
+        call = slot.stream
         if call is None:
-            call = lane.stream = self._stream(metadata=self.metadata)
+            call = slot.stream = self._stream(metadata=self.metadata)
         try:
             await call.write(payload)
             response = await call.read()
         except asyncio.CancelledError:
-            lane.stream = None
-            if lane.timed_out and not lane.stopping:
-                lane.timed_out = False
+            slot.stream = None
+            if slot.timed_out:
+                slot.timed_out = False
                 raise InferError(
                     "DEADLINE_EXCEEDED", f"no response within {self.timeout_s:g} s"
                 ) from None
             raise
         except grpc.aio.AioRpcError:
-            lane.stream = None
+            slot.stream = None
             raise
         if response is grpc.aio.EOF:
-            lane.stream = None
+            slot.stream = None
             raise InferError("UNAVAILABLE", "the server closed the stream")
         if response[:1] == ERROR_FIELD_TAG:
             message = service_pb2.ModelStreamInferResponse.FromString(response).error_message
@@ -321,8 +419,8 @@ class Engine:
         while True:
             await asyncio.sleep(WATCHDOG_S)
             now = time.perf_counter_ns()
-            for lane in list(self._lanes):
-                if lane.sent_ns and now - lane.sent_ns > self.timeout_ns and lane.stream:
-                    lane.timed_out = True
-                    stream, lane.stream = lane.stream, None
+            for slot in list(self._busy):
+                if slot.sent_ns and now - slot.sent_ns > self.timeout_ns and slot.stream:
+                    slot.timed_out = True
+                    stream, slot.stream = slot.stream, None
                     stream.cancel()

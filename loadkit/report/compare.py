@@ -13,6 +13,7 @@ from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
+from loadkit.plan import load_label
 from loadkit.record import decode, latency_summary, new_histogram
 from loadkit.report.units import ms
 
@@ -93,12 +94,6 @@ def highlights(cmp: Comparison) -> list[tuple[str, str, str]]:
         label, load, p99 = cmp.best_p99
         out.append((f"Best p99 at the heaviest common load ({load}): ", label, f", {ms(p99)} ms."))
     return out
-
-
-def load_label(load: dict[str, Any]) -> str:
-    if set(load) == {"concurrency"}:
-        return str(load["concurrency"])
-    return ", ".join(f"{k} {v}" for k, v in load.items())
 
 
 def _load_key(load: dict[str, Any]) -> tuple[float, ...]:

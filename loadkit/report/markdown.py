@@ -45,8 +45,10 @@ def summary_table(results: dict[str, Any]) -> str:
         if not phase["steps"]:
             out += ["No measured steps.", ""]
             continue
+        open_steps = [s for s in phase["steps"] if s.get("open_loop")]
+        head = "load" if open_steps else "concurrency"
         out += [
-            "| concurrency | infer/s | p50 | p90 | p95 | p99 | p99.9 | max | errors | server |",
+            f"| {head} | infer/s | p50 | p90 | p95 | p99 | p99.9 | max | errors | server |",
             "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
         ]
         for s in phase["steps"]:
@@ -58,7 +60,40 @@ def summary_table(results: dict[str, Any]) -> str:
                 f"{_errors(s)} | {_server_cell(s)} |"
             )
         out.append("")
+        if open_steps:
+            out += _open_loop_notes(open_steps)
+    if results.get("thresholds"):
+        from loadkit.slo import table  # the SLO module renders its own pass/fail table
+
+        out.append(table(results["thresholds"]))
     return "\n".join(out)
+
+
+def _open_loop_notes(steps: list[dict[str, Any]]) -> list[str]:
+    """Open-loop steps: what the latencies count from, and whether the generator kept up."""
+    out = [
+        "Open loop: latencies above count from each request's *scheduled* send time (free of "
+        "coordinated omission); from the actual send:",
+        "",
+        "| load | scheduled | sent | achieved/s | dropped | late | p50 from send | p99 from send |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    warn = []
+    for s in steps:
+        o = s["open_loop"]
+        lat = o["service_latency_us"]
+        label = load_label(s["load"])
+        out.append(
+            f"| {label} | {o['scheduled']} | {o['sent']} | {o['achieved_rate']:.1f} | "
+            f"{o['dropped']} | {o['late']} | {ms(lat['p50'])} | {ms(lat['p99'])} |"
+        )
+        if o.get("generator_limited"):
+            warn.append(
+                f"WARNING: at {label} the generator, not the server, was the limit: "
+                f"{o['dropped']} requests dropped (max_concurrency reached) and {o['late']} sent "
+                f"later than {o['late_tolerance_ms']:g} ms after their scheduled time."
+            )
+    return [*out, "", *([*warn, ""] if warn else [])]
 
 
 def _num(v: float | None, fmt: str) -> str:

@@ -19,6 +19,7 @@ from loadkit.report.html import render_html
 from loadkit.report.markdown import comparison_table, summary_table
 from loadkit.report.plots import render_plots
 from loadkit.results import RESULTS_FORMAT, RunResult
+from loadkit.slo import junit_xml
 
 
 class ReportError(LoadkitError):
@@ -39,11 +40,28 @@ def histograms_of(result: RunResult) -> dict[str, Any]:
     return {p.name: {str(s.index): s.histograms for s in p.steps} for p in result.phases}
 
 
+def service_histograms_of(result: RunResult) -> dict[str, Any]:
+    """Open-loop steps only: latency from the actual send, same layout as histograms_of."""
+    out: dict[str, Any] = {}
+    for p in result.phases:
+        steps = {str(s.index): s.service_histograms for s in p.steps if s.service_histograms}
+        if steps:
+            out[p.name] = steps
+    return out
+
+
 def write_report(out_dir: Path, result: RunResult) -> dict[str, Any]:
     out_dir.mkdir(parents=True, exist_ok=True)
     data = result.to_json()
     atomic_write(out_dir / "results.json", json.dumps(data, indent=2) + "\n")
     atomic_write(out_dir / "histograms.json", json.dumps(histograms_of(result)) + "\n")
+    if data["thresholds"]:
+        atomic_write(
+            out_dir / "junit.xml", junit_xml(f"loadkit.{result.scenario_name}", data["thresholds"])
+        )
+    service = service_histograms_of(result)
+    if service:
+        atomic_write(out_dir / "service_histograms.json", json.dumps(service) + "\n")
     atomic_write(out_dir / "summary.md", summary_table(data) + "\n")
     return data
 

@@ -1,0 +1,173 @@
+"""SLO gates: a scenario's thresholds checked against measured steps, for CI.
+
+Percentiles come from the HDR histograms (µs), never from Locust's whole-millisecond stats. A
+phase's threshold holds when it holds at *every* measured step of the phase (each load level);
+the outcome names the worst step. Pure functions over results.json data, so `loadkit report`
+and a CI job can re-check a saved run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+from xml.etree import ElementTree as ET
+
+from loadkit.plan import Plan, load_label
+from loadkit.scenario import LATENCY_METRICS, Threshold
+
+
+@dataclass(frozen=True)
+class Outcome:
+    phase: str
+    threshold: str  # e.g. "p99" or "p99[dense_b1]"
+    limit: float
+    value: float | None  # the worst step's value; None when there was nothing to measure
+    status: str  # pass | fail | skipped
+    step: str = ""  # the worst step's load label
+    message: str = ""
+    where: str = ""  # file:line of the threshold in the scenario
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _fmt(metric: str, v: float | None) -> str:
+    if v is None:
+        return "-"
+    if metric in LATENCY_METRICS:
+        return f"{v / 1000:.3f} ms"
+    if metric in ("error_rate", "max_dropped"):
+        return f"{v * 100:.2f}%"
+    return f"{v:.1f} infer/s"
+
+
+def step_value(t: Threshold, step: dict[str, Any]) -> float | None:
+    """The step's value of the threshold's metric (None: nothing was measured)."""
+    if t.metric in LATENCY_METRICS:
+        if t.template is None:
+            return step["latency_us"][t.metric] if step["requests"] else None
+        c = step["client"].get(t.template)
+        return c["latency_us"][t.metric] if c and c["requests"] else None
+    if t.metric == "error_rate":
+        if t.template is None:
+            errors, ok = sum(step["errors"].values()), step["requests"]
+        else:
+            c = step["client"].get(t.template, {"errors": 0, "requests": 0})
+            errors, ok = c["errors"], c["requests"]
+        return errors / (errors + ok) if errors + ok else None
+    if t.metric == "min_throughput":
+        return float(step["throughput"])
+    if t.metric == "max_dropped":
+        return float(step.get("open_loop", {}).get("dropped_ratio", 0.0))
+    raise ValueError(f"unknown metric {t.metric}")
+
+
+def holds(t: Threshold, value: float | None) -> bool:
+    if value is None:
+        return False
+    return value >= t.limit if t.metric == "min_throughput" else value <= t.limit
+
+
+def check_phase(thresholds: tuple[Threshold, ...], phase: dict[str, Any]) -> list[Outcome]:
+    out = []
+    for t in thresholds:
+        limit_text = _fmt(t.metric, t.limit)
+        if phase["status"] == "skipped" or (phase["status"] != "failed" and not phase["steps"]):
+            why = phase["reason"] or "no measured steps"
+            out.append(Outcome(phase["name"], t.name, t.limit, None, "skipped", "", why, t.where))
+            continue
+        if phase["status"] == "failed":
+            out.append(
+                Outcome(
+                    phase["name"], t.name, t.limit, None, "fail", "",
+                    f"phase failed: {phase['reason']}", t.where,
+                )
+            )
+            continue
+        worst: tuple[float | None, str] = (None, "")
+        worst_rank = (False, float("-inf"))
+        failed = False
+        for step in phase["steps"]:
+            v = step_value(t, step)
+            ok = holds(t, v)
+            badness = float("inf") if v is None else (-v if t.metric == "min_throughput" else v)
+            rank = (not ok, badness)
+            if rank > worst_rank:
+                worst, worst_rank = (v, load_label(step["load"])), rank
+            failed = failed or not ok
+        value, label = worst
+        relation = ">=" if t.metric == "min_throughput" else "<="
+        if value is None:
+            message = f"nothing measured at {label} (no successful requests)"
+        else:
+            message = (
+                f"{_fmt(t.metric, value)} at {label}; expected {relation} {limit_text}"
+            )
+        out.append(
+            Outcome(
+                phase["name"], t.name, t.limit, value, "fail" if failed else "pass", label,
+                message, t.where,
+            )
+        )
+    return out
+
+
+def evaluate(plan: Plan, results: dict[str, Any]) -> list[Outcome]:
+    by_name = {p.name: p for p in plan.phases}
+    out: list[Outcome] = []
+    for phase in results["phases"]:
+        pp = by_name.get(phase["name"])
+        if pp is not None and pp.thresholds.items:
+            out += check_phase(pp.thresholds.items, phase)
+    return out
+
+
+def failed(outcomes: list[Outcome]) -> list[Outcome]:
+    return [o for o in outcomes if o.status == "fail"]
+
+
+def table(outcomes: list[dict[str, Any]]) -> str:
+    """The pass/fail table `loadkit run` prints and summary.md ends with."""
+    if not outcomes:
+        return ""
+    n_fail = sum(o["status"] == "fail" for o in outcomes)
+    lines = [
+        f"## Thresholds: {'FAILED' if n_fail else 'passed'} "
+        f"({len(outcomes) - n_fail} of {len(outcomes)} hold)",
+        "",
+        "| phase | threshold | limit | worst | at | result |",
+        "|---|---|---:|---:|---|---|",
+    ]
+    for o in outcomes:
+        metric = o["threshold"].split("[")[0]
+        result = o["status"].upper() if o["status"] != "pass" else "pass"
+        if o["status"] != "pass" and o["message"]:
+            result += f": {o['message']}"
+        lines.append(
+            f"| {o['phase']} | {o['threshold']} | {_fmt(metric, o['limit'])} | "
+            f"{_fmt(metric, o['value'])} | {o['step'] or '-'} | {result} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def junit_xml(suite: str, outcomes: list[dict[str, Any]]) -> str:
+    """One testcase per threshold per phase, as CI systems read JUnit XML."""
+    root = ET.Element("testsuites")
+    ts = ET.SubElement(
+        root, "testsuite", name=suite, tests=str(len(outcomes)),
+        failures=str(sum(o["status"] == "fail" for o in outcomes)),
+        skipped=str(sum(o["status"] == "skipped" for o in outcomes)),
+    )
+    for o in outcomes:
+        case = ET.SubElement(
+            ts, "testcase", classname=f"{suite}.{o['phase']}", name=o["threshold"],
+            file=o["where"].rsplit(":", 1)[0] if o["where"] else "",
+        )
+        if o["status"] == "fail":
+            ET.SubElement(case, "failure", message=o["message"]).text = (
+                f"{o['where']}: {o['threshold']} {o['message']}"
+            )
+        elif o["status"] == "skipped":
+            ET.SubElement(case, "skipped", message=o["message"])
+    ET.indent(root)
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + ET.tostring(root, "unicode") + "\n"
