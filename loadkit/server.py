@@ -8,6 +8,7 @@ that matches this interpreter, and start the binary on loopback in explicit mode
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import shutil
 import signal
@@ -18,6 +19,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,6 +63,25 @@ def prepare_backends(workdir: Path) -> Path:
     shutil.copy2(stub, target)
     target.chmod(0o755)
     return backends
+
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent_hook() -> Callable[[], None] | None:
+    """A pre-exec hook that has the kernel SIGTERM the server when loadkit dies, even by SIGKILL
+    (nothing else runs then to stop it); Linux only. libc is loaded here, in the parent."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    parent = os.getpid()
+
+    def hook() -> None:
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return hook
 
 
 @dataclass
@@ -154,6 +175,7 @@ class EmbeddedServer:
                 stdin=subprocess.DEVNULL,
                 env=self._env(),
                 start_new_session=True,
+                preexec_fn=_die_with_parent_hook(),  # noqa: PLW1509  (no threads exist yet)
             )
         finally:
             log.close()

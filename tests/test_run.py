@@ -202,3 +202,38 @@ def test_sigint_mid_step_keeps_completed_steps_and_exits_130(triton, tmp_path) -
     assert steps[1]["status"] == "partial"
     for s in steps:
         assert_accounted(s)
+
+
+def test_sigkill_keeps_finished_steps_on_disk_and_leaves_no_server(tmp_path) -> None:
+    """SIGKILL runs no handler at all: results.json (written atomically per step) still holds the
+    finished steps, and the kernel stops the embedded server (PR_SET_PDEATHSIG)."""
+    scen = write(tmp_path / "k.yaml", dense_cnn(name="kill", conc="[1, 2, 4]", dur="3s"))
+    out = tmp_path / "r"
+    before = _triton_processes()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadkit", "run", str(scen), "--out", str(out), "--quiet"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if (out / "results.json").exists() and results(out)["phases"] and len(
+                results(out)["phases"][0]["steps"]
+            ) == 1:
+                break
+            time.sleep(0.1)
+        assert _triton_processes() > before, "the embedded server should be running"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    data = results(out)
+    assert data["status"] == "running"  # it never got to say otherwise
+    steps = data["phases"][0]["steps"]
+    assert len(steps) >= 1 and steps[0]["status"] == "ok"
+    assert_accounted(steps[0])
+    deadline = time.monotonic() + 20
+    while _triton_processes() > before and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _triton_processes() == before, "an orphan tritonserver outlived loadkit"
