@@ -77,7 +77,6 @@ class Lane:
     task: asyncio.Task[None] | None = None
     slot: Slot = field(default_factory=Slot)
     scheduling: bool = False
-    done: threading.Event = field(default_factory=threading.Event)
 
 
 class Engine:
@@ -151,14 +150,8 @@ class Engine:
         lane.stopping = True
         self._post(self._wake_lane, lane)
 
-    def set_arrivals(self, arrivals: Arrivals | None, share: float = 1.0) -> None:
-        """The next gate opening runs this schedule (`share` of its rate) or, None, closed loops."""
-        if arrivals is not None and share != 1.0:
-            arrivals = Arrivals(
-                arrivals.rate * share, arrivals.arrival, arrivals.seed,
-                max(1, round(arrivals.max_concurrency * share)) if arrivals.max_concurrency else 0,
-                arrivals.late_tolerance_s,
-            )
+    def set_arrivals(self, arrivals: Arrivals | None) -> None:
+        """The next gate opening runs this schedule or, with None, closed loops."""
         self.arrivals = arrivals
 
     def open_gate(self) -> None:
@@ -172,10 +165,6 @@ class Engine:
         self._post(self._set_gate, False)
         if self._loop is None:
             self.drained.set()
-
-    @property
-    def gate_open(self) -> bool:
-        return self._gate_open
 
     def pump(self, fire: Callable[..., Any], limit: int = 100_000) -> int:
         """Hand finished requests to Locust's request event (main thread); returns how many."""
@@ -294,7 +283,6 @@ class Engine:
             self._lanes.discard(lane)
             if lane.slot.stream is not None:
                 lane.slot.stream.cancel()
-            lane.done.set()
 
     async def _send(self, slot: Slot, payload: bytes) -> tuple[int, int, InferError | None]:
         """One request; (latency µs from the send, response bytes, error). Keeps `inflight`."""

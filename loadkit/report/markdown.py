@@ -6,6 +6,7 @@ from typing import Any
 
 from loadkit.report.compare import Comparison, highlights, load_label
 from loadkit.report.units import ms
+from loadkit.slo import table as threshold_table
 
 
 def _errors(step: dict[str, Any]) -> str:
@@ -63,9 +64,7 @@ def summary_table(results: dict[str, Any]) -> str:
         if open_steps:
             out += _open_loop_notes(open_steps)
     if results.get("thresholds"):
-        from loadkit.slo import table  # the SLO module renders its own pass/fail table
-
-        out.append(table(results["thresholds"]))
+        out.append(threshold_table(results["thresholds"]))
     return "\n".join(out)
 
 
