@@ -1,4 +1,5 @@
-"""Command line: `loadkit validate | run | serve`. The only place that maps errors to exit codes.
+"""Command line (validate, run, worker, serve, report, compare); the only place that maps errors
+to exit codes.
 
 Exit codes: 0 success, 1 the run itself failed, 2 bad input or unusable target, 130 / 143
 interrupted by SIGINT / SIGTERM.
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import signal
 import sys
 import time
@@ -59,7 +61,7 @@ def _progress_line(run: Any, last: dict[str, Any]) -> str:
     window = st["window"]
     rate = ""
     if window is not None:
-        count = sum(window.successes(n) * b for n, b in run.drive.batch_sizes.items())
+        count = sum(window.successes(n) * b for n, b in run.batch_sizes.items())
         if last.get("window") is window:
             dt = now - last["t"]
             rate = f"  {(count - last['count']) / dt:8.1f} infer/s" if dt > 0 else ""
@@ -121,11 +123,17 @@ def cmd_run(args: argparse.Namespace) -> int:
             problems = check_against_models(scenario, infos)
             if problems:
                 raise ScenarioError(problems)
+            distributed = bool(args.workers or args.master)
             run = Run(
-                scenario, address, control, out_dir, embedded=server is not None, seed=args.seed
+                scenario, address, control, out_dir, embedded=server is not None, seed=args.seed,
+                distributed=distributed,
             )
             print(run.plan.describe(), file=sys.stderr)
-            code = _drive(run, Environment, TritonUser, LoadkitShape, gevent, args.quiet)
+            env = Environment(
+                user_classes=[TritonUser], shape_class=LoadkitShape(), stop_timeout=5,
+                parsed_options=_master_options() if distributed else None,
+            )
+            code = _drive(run, env, gevent, args, out_dir)
         finally:
             control.close()
     finally:
@@ -140,12 +148,41 @@ def _summary(out_dir: Path) -> str:
     return (out_dir / "summary.md").read_text()
 
 
-def _drive(
-    run: Any, environment_cls: Any, user_cls: Any, shape_cls: Any, gevent: Any, quiet: bool
-) -> int:
-    env = environment_cls(user_classes=[user_cls], shape_class=shape_cls(), stop_timeout=5)
-    run.attach(env)
-    runner = env.create_local_runner()
+def _master_options() -> Any:
+    """Locust's defaults, with rebalancing on: a worker that joins or dies re-spreads users."""
+    from locust import argument_parser
+
+    parser = argument_parser.get_empty_argument_parser(default_config_files=[])
+    argument_parser.setup_parser_arguments(parser)
+    options = parser.parse(args=[])
+    options.enable_rebalancing = True
+    options.headless = True
+    return options
+
+
+def _drive(run: Any, env: Any, gevent: Any, args: argparse.Namespace, out_dir: Path) -> int:
+    workers: Any = None
+    if args.workers or args.master:
+        from loadkit.drive.workers import LocalWorkers, master_address
+
+        host, port = master_address(args)
+        runner = env.create_master_runner(host, port)
+        run.attach(env)
+        workers = LocalWorkers(args, port, out_dir)
+        workers.start(args.workers)
+        expected = args.workers or args.expect_workers
+        print(f"waiting for {expected} worker(s) on {host}:{port} ...", file=sys.stderr)
+        if not workers.wait_connected(runner, expected, args.worker_wait):
+            _err(
+                f"only {len(runner.clients.ready)} of {expected} workers connected within "
+                f"{args.worker_wait:g} s; see {out_dir}/workers/ for their logs"
+            )
+            runner.quit()
+            workers.stop()
+            return EXIT_FAILED
+    else:
+        runner = env.create_local_runner()
+        run.attach(env)
     handlers = [
         gevent.signal_handler(
             signal.SIGINT, run.conductor.abort, "interrupted by SIGINT", EXIT_SIGINT
@@ -155,7 +192,7 @@ def _drive(
         ),
     ]
     progress = None
-    if not quiet:
+    if not args.quiet:
 
         def report_progress() -> None:
             last: dict[str, Any] = {}
@@ -174,6 +211,8 @@ def _drive(
         if progress is not None:
             progress.kill(block=False)
         run.drive.stop()
+        if workers is not None:
+            workers.stop()
         for h in handlers:
             h.cancel()
     code = run.conductor.exit_code
@@ -182,6 +221,50 @@ def _drive(
     if code == 0 and any(o["status"] == "fail" for o in run.result.thresholds):
         code = EXIT_FAILED  # an SLO gate failed: CI reads 1 (2 stays bad input)
     return code
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """A Locust worker: the master tells it the target and opens and closes its gate."""
+    import loadkit.drive  # noqa: F401, I001  (first: it keeps Locust from monkey-patching)
+
+    import gevent
+    from locust.env import Environment
+
+    from loadkit.drive.distributed import WorkerAgent
+    from loadkit.drive.users import TritonUser
+    from loadkit.drive.workers import PARENT_ENV
+    from loadkit.scenario import load_scenario
+    from loadkit.server import die_with_parent
+
+    if os.environ.get(PARENT_ENV):
+        die_with_parent(int(os.environ[PARENT_ENV]))
+    scenario = load_scenario(args.scenario)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    env = Environment(user_classes=[TritonUser], stop_timeout=5)
+    try:
+        runner = env.create_worker_runner(args.master_host, args.master_port)
+    except ConnectionError:
+        _err(f"no loadkit master answered at {args.master_host}:{args.master_port}")
+        return EXIT_FAILED
+    agent = WorkerAgent(env, scenario, args.seed)
+    stop = {"signal": 0}
+
+    def on_signal(signum: int) -> None:
+        stop["signal"] = signum
+        runner.quit()
+
+    handlers = [gevent.signal_handler(s, on_signal, s) for s in (signal.SIGINT, signal.SIGTERM)]
+    try:
+        runner.greenlet.join()
+    finally:
+        agent.stop()
+        for h in handlers:
+            h.cancel()
+    if stop["signal"]:
+        return EXIT_SIGINT if stop["signal"] == signal.SIGINT else EXIT_SIGTERM
+    return EXIT_OK
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -277,7 +360,30 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", help="report folder (default reports/<UTC timestamp>-<name>/)")
     r.add_argument("--seed", type=int, default=0, help="seed for the request mix (default 0)")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
+    d = r.add_argument_group("distributed (Locust master + workers)")
+    d.add_argument(
+        "--workers", type=int, default=0, metavar="N",
+        help="start a Locust master and N local worker processes that send the load",
+    )
+    d.add_argument(
+        "--master", action="store_true",
+        help="be a Locust master for workers started elsewhere (`loadkit worker`)",
+    )
+    d.add_argument("--expect-workers", type=int, default=1, metavar="N",
+                   help="with --master: workers to wait for before the first step (default 1)")
+    d.add_argument("--master-bind-host", default="127.0.0.1",
+                   help="with --master: interface to listen on (default 127.0.0.1)")
+    d.add_argument("--master-port", type=int, default=5557,
+                   help="with --master: port to listen on (default 5557)")
+    d.add_argument("--worker-wait", type=float, default=120.0, metavar="S",
+                   help="seconds to wait for the workers to connect (default 120)")
     r.set_defaults(func=cmd_run)
+    w = sub.add_parser("worker", help="send a master's load: a Locust worker for `run --master`")
+    w.add_argument("scenario", help="the same scenario file the master runs")
+    w.add_argument("--master-host", default="127.0.0.1")
+    w.add_argument("--master-port", type=int, default=5557)
+    w.add_argument("--seed", type=int, default=0)
+    w.set_defaults(func=cmd_worker)
     rp = sub.add_parser(
         "report", help="re-render comparison.md, plots and report.html of a run folder"
     )

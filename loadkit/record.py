@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Any
 
 from hdrh.histogram import HdrHistogram
 
@@ -97,6 +98,32 @@ class StepWindow:
 
     def encoded_service(self) -> dict[str, str]:
         return {name: encode(h) for name, h in self.service.items()}
+
+    def to_wire(self) -> dict[str, Any]:
+        """Everything the window holds, as plain data a Locust message can carry."""
+        return {
+            "histograms": self.encoded(),
+            "service": self.encoded_service(),
+            "errors": {n: dict(c) for n, c in self.errors.items()},
+            "dropped": dict(self.dropped),
+            "late": dict(self.late),
+            "out_of_range": self.out_of_range,
+        }
+
+    def add_wire(self, data: dict[str, Any]) -> None:
+        """Merge another process's window (from to_wire) into this one, sample for sample."""
+        for target, encoded in ((self.histograms, data["histograms"]),
+                                (self.service, data["service"])):
+            for name, text in encoded.items():
+                h = target.get(name)
+                if h is None:
+                    h = target[name] = new_histogram()
+                h.decode_and_add(text.encode("ascii"))
+        for name, codes in data["errors"].items():
+            self.errors.setdefault(name, Counter()).update(codes)
+        self.dropped.update(data["dropped"])
+        self.late.update(data["late"])
+        self.out_of_range += int(data["out_of_range"])
 
 
 class Recorder:

@@ -29,13 +29,15 @@ class StepResult:
     server: dict[str, dict[str, Any]]
     metrics: dict[str, Any] = field(default_factory=dict)
     # The load generator's own cost over the window: cpu_s, cpu_us_per_request, cpu_util, rss_mb.
-    generator: dict[str, float] = field(default_factory=dict)
+    generator: dict[str, Any] = field(default_factory=dict)
     histograms: dict[str, str] = field(default_factory=dict)
     out_of_range: int = 0
     # Open loop only: scheduled/sent/dropped/late counts and the latency from the actual send
     # (`latency_us` then counts from the scheduled send time).
     open_loop: dict[str, Any] = field(default_factory=dict)
     service_histograms: dict[str, str] = field(default_factory=dict)
+    # Distributed runs only: how many workers sent load, which replied, which were lost.
+    workers: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -43,6 +45,8 @@ class StepResult:
         out.pop("service_histograms")
         if not self.open_loop:
             out.pop("open_loop")
+        if not self.workers:
+            out.pop("workers")
         return out
 
 

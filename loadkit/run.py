@@ -14,6 +14,7 @@ from loadkit.control.controller import Controller
 from loadkit.control.server import ServerControl
 from loadkit.drive.conductor import Conductor, utcnow
 from loadkit.drive.context import DriveContext
+from loadkit.drive.distributed import MasterDrive
 from loadkit.plan import Plan, build_plan
 from loadkit.report import render, write_report
 from loadkit.results import RunResult
@@ -32,13 +33,21 @@ class Run:
         out_dir: Path,
         embedded: bool,
         seed: int = 0,
+        distributed: bool = False,
     ):
         self.scenario = scenario
         self.plan: Plan = build_plan(scenario)
         self.address = address
         self.out_dir = out_dir
-        self.drive = DriveContext(scenario, self.plan, address, seed)
         self.result = RunResult(scenario.name, scenario.redacted(), address, embedded, utcnow())
+        # DriveContext sends from this process; a MasterDrive (drive/distributed.py) has
+        # Locust workers send. The conductor talks to either through begin/end.
+        self.drive: DriveContext | MasterDrive = (
+            MasterDrive(scenario, address, self.result.events)
+            if distributed
+            else DriveContext(scenario, self.plan, address, seed)
+        )
+        self.batch_sizes = {n: scenario.requests[n].batch_size for n in scenario.mix}
         self.controller = Controller(control, scenario.models, self.result.events)
         self.conductor = Conductor(self)
         self.environment: Any = None
@@ -48,7 +57,7 @@ class Run:
         environment.loadkit = self
         self.environment = environment
         environment.events.test_stop.add_listener(self._on_test_stop)
-        self.drive.start_pump(environment.events.request.fire)
+        self.drive.attach(environment)
 
     def _on_test_stop(self, **_: Any) -> None:
         self.drive.stop()

@@ -84,6 +84,16 @@ def _die_with_parent_hook() -> Callable[[], None] | None:
     return hook
 
 
+def die_with_parent(parent: int) -> None:
+    """Called first thing in a child loadkit process (a worker) that must not outlive `parent`;
+    in-process, because a pre-exec hook is unsafe once grpc's threads exist."""
+    if not sys.platform.startswith("linux"):
+        return
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
 @dataclass
 class EmbeddedServer:
     """A tritonserver process bound to loopback; use as a context manager or start()/stop()."""

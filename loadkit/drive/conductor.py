@@ -9,8 +9,6 @@ server's success deltas exactly.
 from __future__ import annotations
 
 import logging
-import os
-import resource
 import time
 import traceback
 from datetime import datetime, timezone
@@ -22,8 +20,9 @@ from gevent.event import Event
 from loadkit.control.controller import Snapshot
 from loadkit.control.metrics import diff_metrics
 from loadkit.control.server import diff_counters
+from loadkit.drive.context import Collected
 from loadkit.plan import Step
-from loadkit.record import StepWindow, latency_summary
+from loadkit.record import latency_summary
 from loadkit.results import PhaseResult, StepResult
 from loadkit.scenario import Threshold
 from loadkit.slo import check_phase, failed
@@ -39,29 +38,17 @@ def utcnow() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def process_usage() -> tuple[float, int]:
-    """(user + sys CPU seconds, current RSS bytes) of this process: what the generator costs."""
-    t = os.times()
-    rss = 0
-    try:
-        with open("/proc/self/statm") as fh:
-            rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return t.user + t.system, rss
-
-
 def build_step_result(
     step: Step,
-    window: StepWindow,
+    got: Collected,
     before: Snapshot | None,
     after: Snapshot | None,
     started_at: str,
     duration_s: float,
     status: str,
     batch_sizes: dict[str, int],
-    usage: tuple[tuple[float, int], tuple[float, int]] | None = None,
 ) -> StepResult:
+    window = got.window
     merged = window.merged()
     requests = merged.get_total_count()
     inferences = sum(window.successes(n) * b for n, b in batch_sizes.items())
@@ -89,16 +76,13 @@ def build_step_result(
             if m in before.counters
         }
         metrics = diff_metrics(before.metrics, after.metrics, tuple(after.counters))
-    generator: dict[str, float] = {}
-    if usage is not None:
-        (cpu0, _), (cpu1, rss) = usage
-        cpu = cpu1 - cpu0
-        generator = {
-            "cpu_s": round(cpu, 4),
-            "cpu_us_per_request": round(cpu / requests * 1e6, 1) if requests else 0.0,
-            "cpu_util": round(cpu / duration_s, 3) if duration_s > 0 else 0.0,
-            "rss_mb": round(rss / 2**20, 1),
-        }
+    cpu = got.cpu_s
+    generator: dict[str, Any] = {
+        "cpu_s": round(cpu, 4),
+        "cpu_us_per_request": round(cpu / requests * 1e6, 1) if requests else 0.0,
+        "cpu_util": round(cpu / duration_s, 3) if duration_s > 0 else 0.0,
+        "rss_mb": round(got.rss_bytes / 2**20, 1),
+    }
     open_loop: dict[str, Any] = {}
     if step.arrivals is not None:
         a = step.arrivals
@@ -142,6 +126,7 @@ def build_step_result(
         out_of_range=window.out_of_range,
         open_loop=open_loop,
         service_histograms=window.encoded_service(),
+        workers=got.workers,
     )
 
 
@@ -210,7 +195,7 @@ class Conductor:
             run.result.reason = f"{type(exc).__name__}: {exc}"
             self.exit_code = self.exit_code or 1
         finally:
-            self.run.drive.close_gate(self.run.scenario.target.timeout_s + 1)
+            self.run.drive.end(self.run.scenario.target.timeout_s + 1)
             self.target = None
             self.current = None
             self._set_stage("restoring", 0)
@@ -245,58 +230,45 @@ class Conductor:
                 return
 
     def _run_step(self, step: Step, pr: PhaseResult) -> None:
-        run, ctx = self.run, self.run.drive
+        run, drive = self.run, self.run.drive
         drain_s = run.scenario.target.timeout_s + 1
         self.current = step
-        self.target = (step.concurrency, max(1000.0, step.concurrency * 100.0))
+        users = drive.users_for(step)
+        self.target = (users, max(1000.0, users * 100.0))
         self._set_stage("spawning", 0)
-        self._wait_users(step.concurrency)
-        ctx.engine.set_arrivals(step.arrivals)
+        self._wait_users(users)
         self._set_stage("warm-up", step.warmup_s)
-        ctx.open_gate()
+        drive.begin(step, record=False)
         if step.warmup_s > 0 and not self._sleep(step.warmup_s):
             return
-        ctx.close_gate(drain_s)
+        drive.end(drain_s)
         before = run.controller.snapshot()
-        window = run.drive.recorder.open(step)
         started_at = utcnow()
         self._set_stage("measuring", step.duration_s)
         t0 = time.monotonic()
-        usage0 = process_usage()
-        ctx.open_gate()
+        drive.begin(step, record=True)
         completed = self._sleep(step.duration_s)
-        drained = ctx.close_gate(drain_s)
-        usage1 = process_usage()
-        ctx.pump()
+        got = drive.end(drain_s)
         duration = time.monotonic() - t0
-        run.drive.recorder.close()
         after = run.controller.snapshot()
-        if not drained:
+        assert got is not None
+        if not got.drained:
             run.result.events.append(
-                {
-                    "at": utcnow(),
-                    "event": "drain_timeout",
-                    "step": step.key,
-                    "in_flight": ctx.inflight,
-                }
+                {"at": utcnow(), "event": "drain_timeout", "step": step.key,
+                 "in_flight": got.in_flight}
             )
+        lost = got.workers.get("lost") if got.workers else None
+        ok = completed and got.drained and not lost
         result = build_step_result(
-            step,
-            window,
-            before,
-            after,
-            started_at,
-            duration,
-            "ok" if completed and drained else "partial",
-            ctx.batch_sizes,
-            (usage0, usage1),
+            step, got, before, after, started_at, duration, "ok" if ok else "partial",
+            run.batch_sizes,
         )
         pr.steps.append(result)
 
     def status(self) -> dict[str, Any]:
         step = self.current
         elapsed = time.monotonic() - self.stage_started
-        window = self.run.drive.recorder.window
+        window = self.run.drive.live_window()
         return {
             "phase": step.phase if step else "",
             "step": step.index if step else None,

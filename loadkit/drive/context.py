@@ -8,21 +8,49 @@ attributed to the window that was open when they were *sent*.
 from __future__ import annotations
 
 import bisect
+import os
 import random
+import resource
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import gevent
 
 from loadkit.drive.engine import Engine, Lane
 from loadkit.drive.transport import prepare
-from loadkit.plan import Plan
-from loadkit.record import Recorder
+from loadkit.plan import Arrivals, Plan, Step
+from loadkit.record import Recorder, StepWindow
 from loadkit.scenario import Scenario
 
 DRAIN_POLL_S = 0.002
 PUMP_S = 0.2
+
+
+def process_usage() -> tuple[float, int]:
+    """(user + sys CPU seconds, current RSS bytes) of this process: what the generator costs."""
+    t = os.times()
+    rss = 0
+    try:
+        with open("/proc/self/statm") as fh:
+            rss = int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return t.user + t.system, rss
+
+
+@dataclass
+class Collected:
+    """What a measured window gathered, from this process or merged from every worker."""
+
+    window: StepWindow
+    drained: bool
+    cpu_s: float
+    rss_bytes: int
+    in_flight: int = 0
+    workers: dict[str, Any] = field(default_factory=dict)  # distributed runs only
+
 
 
 class DriveContext:
@@ -46,6 +74,7 @@ class DriveContext:
         self._user_seq = 0
         self._fire: Callable[..., Any] | None = None
         self._pump: gevent.Greenlet | None = None
+        self._usage0 = (0.0, 0)
         self.engine = Engine(
             address,
             scenario.target,
@@ -88,6 +117,35 @@ class DriveContext:
 
     def open_gate(self) -> None:
         self.engine.open_gate()
+
+    # ---- the conductor's side: the same three calls locally and on a Locust master ---------
+    def users_for(self, step: Step) -> int:
+        return step.concurrency
+
+    def begin(self, step: Step, record: bool, arrivals: Arrivals | None = None) -> None:
+        """Open the gate for a warm-up (record=False) or a measured window."""
+        self.engine.set_arrivals(arrivals if arrivals is not None else step.arrivals)
+        if record:
+            self._usage0 = process_usage()
+            self.recorder.open(step)
+        self.open_gate()
+
+    def end(self, timeout_s: float) -> Collected | None:
+        """Close the gate, wait for what is in flight, hand over the window (None after a
+        warm-up)."""
+        drained = self.close_gate(timeout_s)
+        cpu, rss = process_usage()
+        self.pump()
+        window = self.recorder.close()
+        if window is None:
+            return None
+        return Collected(window, drained, cpu - self._usage0[0], rss, self.inflight)
+
+    def live_window(self) -> StepWindow | None:
+        return self.recorder.window
+
+    def attach(self, environment: Any) -> None:
+        self.start_pump(environment.events.request.fire)
 
     def start_pump(self, fire: Callable[..., Any]) -> None:
         """Feed finished requests to Locust's request event from the main thread, in batches."""

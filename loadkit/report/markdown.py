@@ -63,9 +63,40 @@ def summary_table(results: dict[str, Any]) -> str:
         out.append("")
         if open_steps:
             out += _open_loop_notes(open_steps)
+    out += _worker_notes(results)
     if results.get("thresholds"):
         out.append(threshold_table(results["thresholds"]))
     return "\n".join(out)
+
+
+WORKER_EVENTS = {
+    "worker_lost": "stopped answering (killed or cut off); the run went on without it",
+    "worker_report_timeout": "sent no final report in time; its samples are missing",
+    "worker_refused": "refused to join",
+}
+
+
+def _worker_notes(results: dict[str, Any]) -> list[str]:
+    """Distributed runs: how many workers sent each step, and every worker that went wrong."""
+    steps = [s for p in results["phases"] for s in p["steps"] if s.get("workers")]
+    if not steps:
+        return []
+    counts = sorted({s["workers"]["count"] for s in steps})
+    out = [f"Load sent by {'/'.join(map(str, counts))} Locust worker(s); histograms merged "
+           "on the master.", ""]
+    for e in results.get("events", []):
+        if e["event"] in WORKER_EVENTS:
+            who = e.get("worker") or ", ".join(e.get("workers", []))
+            users = f" with {e['users']} users" if "users" in e else ""
+            where = f" during step {e['step']}" if e.get("step") else ""
+            out.append(f"- WARNING: worker {who}{users} {WORKER_EVENTS[e['event']]}{where} "
+                       f"(at {e['at']}). {e.get('detail', '')}".rstrip())
+    hit = [f"{s['phase']}/{s['index']}" for s in steps
+           if s["workers"]["lost"] or s["workers"]["timed_out"]]
+    if hit:
+        out.append(f"- Steps missing a worker's samples (client count below the server's): "
+                   f"{', '.join(hit)}.")
+    return [*out, ""]
 
 
 def _open_loop_notes(steps: list[dict[str, Any]]) -> list[str]:

@@ -1,0 +1,295 @@
+"""Distributed runs on Locust's own master/worker mechanism.
+
+The master runs the conductor and the controller and sends nothing to Triton; workers only send.
+Step boundaries stay as exact as in one process because the same gate is used, carried by Locust
+messages: the master sends `loadkit_open` (which step, warm-up or measured, each worker's share of
+an open-loop rate) and `loadkit_close`; each worker closes its gate, waits for what it has in
+flight, and answers `loadkit_closed` with its whole window (encoded HDR histograms, error counts,
+CPU). The master merges the windows with decode_and_add, so a step's count is the sum of the
+workers' counts, which the server's success delta matches. Live views ride on Locust's periodic
+worker report (`report_to_master`). A worker that stops answering is reported with its users and
+the steps it is missing from; the run goes on with the rest.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import math
+import time
+from typing import Any
+
+import gevent
+from gevent.event import Event
+from locust.runners import STATE_MISSING
+
+from loadkit.drive.conductor import utcnow
+from loadkit.drive.context import Collected, DriveContext
+from loadkit.plan import Arrivals, Plan, Step, build_plan
+from loadkit.record import StepWindow
+from loadkit.scenario import Scenario
+
+log = logging.getLogger("loadkit.distributed")
+
+HELLO, SETUP, OPEN, CLOSE, CLOSED, REFUSED = (
+    "loadkit_hello", "loadkit_setup", "loadkit_open", "loadkit_close", "loadkit_closed",
+    "loadkit_refused",
+)
+REPLY_GRACE_S = 10.0  # beyond the drain time, for the message round trip and a slow worker
+WATCH_S = 0.5
+SEED_STRIDE = 100_003  # worker i's schedule seed: seed + i * stride (worker 0 = one process)
+
+
+def plan_id(plan: Plan) -> str:
+    """Master and workers must walk the same plan; they compare this at connect."""
+    return hashlib.sha256(repr(plan).encode()).hexdigest()[:16]
+
+
+def share(a: Arrivals, users: int, total: int, index: int) -> dict[str, Any]:
+    """One worker's part of an open-loop rate, proportional to its users."""
+    cap = math.ceil(a.max_concurrency * users / total) if a.max_concurrency else 0
+    return {
+        "rate": a.rate * users / total,
+        "arrival": a.arrival,
+        "seed": a.seed + index * SEED_STRIDE,
+        "max_concurrency": cap,
+        "late_tolerance_s": a.late_tolerance_s,
+    }
+
+
+class MasterDrive:
+    """The conductor's drive on a Locust master: the same begin/end calls as DriveContext."""
+
+    def __init__(self, scenario: Scenario, address: str, events: list[dict[str, Any]]):
+        self.scenario = scenario
+        self.plan = build_plan(scenario)
+        self.plan_id = plan_id(self.plan)
+        self.address = address
+        self.events = events
+        self.timeout_s = scenario.target.timeout_s
+        self.runner: Any = None
+        self.seq = 0
+        self.step: Step | None = None
+        self.recording = False
+        self._expected: dict[str, int] = {}
+        self._replies: dict[str, dict[str, Any]] = {}
+        self._live: dict[str, dict[str, Any]] = {}
+        self._reply = Event()
+        self._users_seen: dict[str, int] = {}
+        self._lost: dict[str, str] = {}  # worker -> when it was lost
+        self._watch: gevent.Greenlet | None = None
+
+    def attach(self, environment: Any) -> None:
+        self.runner = environment.runner
+        self.runner.register_message(HELLO, self._on_hello)
+        self.runner.register_message(CLOSED, self._on_closed)
+        self.runner.register_message(REFUSED, self._on_refused)
+        environment.events.worker_report.add_listener(self._on_report)
+        self._watch = gevent.spawn(self._watch_loop)
+
+    def stop(self) -> None:
+        if self._watch is not None:
+            self._watch.kill(block=False)
+            self._watch = None
+
+    # ---- Locust message handlers (master greenlets) ----------------------------------------
+    def _on_hello(self, environment: Any, msg: Any, **_: Any) -> None:
+        """A worker's handlers are registered only once it is connected, so it asks."""
+        self.runner.send_message(
+            SETUP, {"address": self.address, "plan": self.plan_id}, client_id=msg.node_id
+        )
+        self.events.append({"at": utcnow(), "event": "worker_joined", "worker": msg.node_id})
+
+    def _on_refused(self, environment: Any, msg: Any, **_: Any) -> None:
+        self.events.append(
+            {"at": utcnow(), "event": "worker_refused", "worker": msg.node_id,
+             "detail": msg.data.get("reason", "")}
+        )
+
+    def _on_closed(self, environment: Any, msg: Any, **_: Any) -> None:
+        if msg.data.get("seq") == self.seq:
+            self._replies[msg.node_id] = msg.data
+            self._reply.set()
+
+    def _on_report(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
+        live = data.get("loadkit")
+        if live and live.get("seq") == self.seq:
+            self._live[client_id] = live["window"]
+
+    def _watch_loop(self) -> None:
+        """Notice workers that stop sending heartbeats (Locust marks them missing)."""
+        while True:
+            gevent.sleep(WATCH_S)
+            alive = self.workers()
+            for worker, users in list(self._users_seen.items()):
+                if worker not in alive and worker not in self._lost:
+                    self._lost[worker] = utcnow()
+                    self.events.append(
+                        {"at": self._lost[worker], "event": "worker_lost", "worker": worker,
+                         "users": users, "step": self.step.key if self.step else None}
+                    )
+                    log.warning("worker %s lost with %d users", worker, users)
+            for worker, users in alive.items():
+                if users:
+                    self._users_seen[worker] = users
+
+    # ---- the conductor's side ---------------------------------------------------------------
+    def workers(self) -> dict[str, int]:
+        """Connected workers (not missing) and the users each runs now."""
+        if self.runner is None:
+            return {}
+        return {
+            c.id: c.user_count for c in self.runner.clients.all if c.state != STATE_MISSING
+        }
+
+    def users_for(self, step: Step) -> int:
+        """Closed loop: the step's users, spread by Locust. Open loop: one schedule per worker."""
+        return step.concurrency if step.arrivals is None else max(1, len(self.workers()))
+
+    def begin(self, step: Step, record: bool, arrivals: Arrivals | None = None) -> None:
+        self.seq += 1
+        self.step, self.recording = step, record
+        active = {w: n for w, n in sorted(self.workers().items()) if n > 0}
+        total = sum(active.values())
+        a = arrivals or step.arrivals
+        for i, (worker, users) in enumerate(active.items()):
+            self.runner.send_message(
+                OPEN,
+                {"seq": self.seq, "record": record, "phase": step.phase_index,
+                 "step": step.index, "arrivals": share(a, users, total, i) if a else None},
+                client_id=worker,
+            )
+        self._expected, self._replies, self._live = active, {}, {}
+
+    def end(self, timeout_s: float) -> Collected | None:
+        """Close every worker's gate and wait for each answer (or its loss, or the timeout)."""
+        for worker in self._expected:
+            self.runner.send_message(CLOSE, {"seq": self.seq}, client_id=worker)
+        deadline = time.monotonic() + timeout_s + REPLY_GRACE_S
+        while True:
+            alive = self.workers()
+            pending = [w for w in self._expected if w not in self._replies and w in alive]
+            if not pending or time.monotonic() >= deadline:
+                break
+            self._reply.clear()
+            self._reply.wait(0.05)
+        lost = sorted(w for w in self._expected if w not in self._replies and w not in pending)
+        if pending:
+            self.events.append(
+                {"at": utcnow(), "event": "worker_report_timeout", "workers": pending,
+                 "step": self.step.key if self.step else None,
+                 "detail": f"no final report within {timeout_s + REPLY_GRACE_S:g} s"}
+            )
+        was_recording, self.recording = self.recording, False
+        if not was_recording or self.step is None:
+            return None
+        window = StepWindow(self.step)
+        cpu, rss, in_flight, drained = 0.0, 0, 0, not pending and not lost
+        for reply in self._replies.values():
+            if reply["window"]:
+                window.add_wire(reply["window"])
+            cpu += reply["cpu_s"]
+            rss += reply["rss_bytes"]
+            in_flight += reply["in_flight"]
+            drained = drained and reply["drained"]
+        workers = {
+            "count": len(self._expected),
+            "users": dict(self._expected),
+            "replied": sorted(self._replies),
+            "requests": {w: r["requests"] for w, r in sorted(self._replies.items())},
+            "lost": lost,
+            "timed_out": pending,
+        }
+        return Collected(window, drained, cpu, rss, in_flight, workers)
+
+    def live_window(self) -> StepWindow | None:
+        """The current step merged from the workers' last periodic reports (every ~3 s)."""
+        if not self.recording or self.step is None:
+            return None
+        window = StepWindow(self.step)
+        for wire in list(self._live.values()):
+            window.add_wire(wire)
+        return window
+
+
+class WorkerAgent:
+    """A worker's `environment.loadkit`: a local drive that follows the master's gate."""
+
+    def __init__(self, environment: Any, scenario: Scenario, seed: int = 0):
+        self.environment = environment
+        self.scenario = scenario
+        self.plan = build_plan(scenario)
+        self.plan_id = plan_id(self.plan)
+        self.seed = seed
+        self.address = ""
+        self.drive: DriveContext | None = None
+        self.seq = 0
+        runner = environment.runner
+        runner.register_message(SETUP, self._on_setup)
+        runner.register_message(OPEN, self._on_open)
+        runner.register_message(CLOSE, self._on_close, concurrent=True)
+        environment.events.report_to_master.add_listener(self._on_report)
+        environment.events.test_stop.add_listener(self._on_test_stop)
+        environment.loadkit = self
+        runner.send_message(HELLO, {"plan": self.plan_id})
+
+    def _new_drive(self) -> DriveContext:
+        index = getattr(self.environment.runner, "worker_index", 0)
+        drive = DriveContext(self.scenario, self.plan, self.address, self.seed + 1_000 * index)
+        drive.start_pump(self.environment.events.request.fire)
+        return drive
+
+    def _on_setup(self, environment: Any, msg: Any, **_: Any) -> None:
+        if msg.data["plan"] != self.plan_id:
+            reason = (
+                "this worker's scenario differs from the master's (different file or version); "
+                "start every worker with the master's scenario file"
+            )
+            log.error(reason)
+            environment.runner.send_message(REFUSED, {"reason": reason})
+            environment.runner.quit()
+            return
+        if self.drive is None or msg.data["address"] != self.address:
+            self.address = msg.data["address"]
+            self.drive = self._new_drive()
+
+    def _on_open(self, environment: Any, msg: Any, **_: Any) -> None:
+        d = msg.data
+        if self.drive is None:
+            return
+        step = self.plan.phases[d["phase"]].steps[d["step"]]
+        arrivals = Arrivals(**d["arrivals"]) if d["arrivals"] else None
+        self.seq = d["seq"]
+        self.drive.begin(step, d["record"], arrivals)
+
+    def _on_close(self, environment: Any, msg: Any, **_: Any) -> None:
+        seq = msg.data["seq"]
+        if self.drive is None:
+            return
+        got = self.drive.end(self.scenario.target.timeout_s + 1)
+        reply: dict[str, Any] = {"seq": seq, "drained": True, "cpu_s": 0.0, "rss_bytes": 0,
+                                 "in_flight": 0, "window": None, "requests": 0}
+        if got is not None:
+            reply.update(drained=got.drained, cpu_s=got.cpu_s, rss_bytes=got.rss_bytes,
+                         in_flight=got.in_flight, window=got.window.to_wire(),
+                         requests=got.window.successes() + got.window.error_count())
+        environment.runner.send_message(CLOSED, reply)
+
+    def _on_report(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
+        window = self.drive.live_window() if self.drive is not None else None
+        if window is None:
+            return
+        # RuntimeError: a template's first sample landed mid-encode; the next report has it
+        with contextlib.suppress(RuntimeError):
+            data["loadkit"] = {"seq": self.seq, "window": window.to_wire()}
+
+    def _on_test_stop(self, **_: Any) -> None:
+        """A stopped run (or a new one from the web UI) starts from a fresh engine."""
+        if self.drive is not None:
+            self.drive.stop()
+            self.drive = self._new_drive()
+
+    def stop(self) -> None:
+        if self.drive is not None:
+            self.drive.stop()

@@ -1,0 +1,118 @@
+"""Distributed runs: a Locust master and local workers against the real embedded Triton."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from conftest import ROOT, results, write
+from test_run import assert_accounted
+
+SCENARIO = """
+name: dist
+requests:
+  dense_b1:
+    model: dense
+    batch_size: 1
+    inputs:
+      INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 3}}
+  cnn_b4:
+    model: cnn
+    batch_size: 4
+    inputs:
+      image: {{dtype: FP32, shape: [3, 32, 32]}}
+mix: {{dense_b1: 80, cnn_b4: 20}}
+phases:
+  - name: closed
+    load: {{concurrency: {conc}, step_duration: {dur}, warmup: 0.5s}}
+  - name: open
+    load: {{rate: {rate}, step_duration: {dur}, warmup: 0.5s}}
+"""
+
+
+def _start(scen: Path, out: Path, target: str, workers: int) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadkit", "run", str(scen), "--target", target,
+         "--out", str(out), "--workers", str(workers), "--quiet"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _workers_of(pid: int) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(pid), "-f", "loadkit worker"],
+                         capture_output=True, text=True)
+    return [int(p) for p in out.stdout.split()]
+
+
+def test_two_workers_merged_counts_equal_server_delta(triton, tmp_path) -> None:
+    scen = write(tmp_path / "d.yaml", SCENARIO.format(conc="[2, 4]", dur="3s", rate=300))
+    out = tmp_path / "r"
+    proc = _start(scen, out, triton.grpc_address, 2)
+    stdout, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    data = results(out)
+    assert data["status"] == "complete"
+    assert [e["event"] for e in data["events"]].count("worker_joined") == 2
+    steps = [s for p in data["phases"] for s in p["steps"]]
+    assert len(steps) == 3
+    for step in steps:
+        assert step["status"] == "ok"
+        w = step["workers"]
+        assert w["count"] == 2 and len(w["replied"]) == 2 and not w["lost"]
+        # the master's merged histograms hold exactly the workers' samples, which the server saw
+        assert sum(w["requests"].values()) == step["requests"] > 0
+        assert_accounted(step)
+    closed = data["phases"][0]["steps"]
+    assert [sum(s["workers"]["users"].values()) for s in closed] == [2, 4]
+    ol = data["phases"][1]["steps"][0]["open_loop"]
+    # each worker ran half the schedule; together they sent the target rate
+    assert ol["dropped"] == 0 and ol["scheduled"] == ol["sent"]
+    assert abs(ol["sent"] / 3.0 - 300) / 300 < 0.02, ol
+    assert (out / "workers" / "worker-0.log").exists()
+
+
+def test_worker_killed_mid_step_is_reported_and_the_run_goes_on(triton, tmp_path) -> None:
+    scen = write(tmp_path / "k.yaml", SCENARIO.format(conc="[4, 4, 4]", dur="4s", rate=100))
+    out = tmp_path / "r"
+    proc = _start(scen, out, triton.grpc_address, 2)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # wait for the first measured step to be under way
+            steps = (out / "results.json").exists() and results(out)["phases"]
+            if steps and steps[0]["steps"]:
+                break
+            time.sleep(0.2)
+        time.sleep(1.5)  # inside step 2 now
+        victims = _workers_of(proc.pid)
+        assert len(victims) == 2, victims
+        os.kill(victims[0], signal.SIGKILL)
+        stdout, stderr = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, stderr
+    data = results(out)
+    assert data["status"] == "complete"
+    lost = [e for e in data["events"] if e["event"] == "worker_lost"]
+    assert len(lost) == 1 and lost[0]["users"] == 2 and lost[0]["step"] == "closed/1", lost
+    closed = data["phases"][0]["steps"]
+    assert closed[0]["status"] == "ok" and not closed[0]["workers"]["lost"]
+    assert_accounted(closed[0])
+    hit = closed[1]
+    assert hit["status"] == "partial" and len(hit["workers"]["lost"]) == 1
+    # what the lost worker had sent is missing on the client side, and the report says so
+    assert hit["server"]["dense"]["success"] >= hit["client"]["dense_b1"]["requests"]
+    after = closed[2]
+    # the survivor took over all 4 users (Locust re-spreads them) and counts stay exact
+    assert after["status"] == "ok" and after["workers"]["count"] == 1
+    assert sum(after["workers"]["users"].values()) == 4
+    assert_accounted(after)
+    open_step = data["phases"][1]["steps"][0]
+    assert open_step["status"] == "ok" and open_step["open_loop"]["sent"] > 0
+    assert_accounted(open_step)
+    assert "worker" in (out / "summary.md").read_text().lower()
