@@ -116,3 +116,37 @@ def test_worker_killed_mid_step_is_reported_and_the_run_goes_on(triton, tmp_path
     assert open_step["status"] == "ok" and open_step["open_loop"]["sent"] > 0
     assert_accounted(open_step)
     assert "worker" in (out / "summary.md").read_text().lower()
+
+
+def test_plain_locust_master_and_workers(triton, tmp_path) -> None:
+    """The documented multi-machine commands, on one host: `locust --master` + 2 `--worker`."""
+    from loadkit.drive.workers import free_port
+
+    scen = write(tmp_path / "p.yaml", SCENARIO.format(conc="[2, 4]", dur="2s", rate=200))
+    out, port = tmp_path / "r", str(free_port())
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    base = [sys.executable, "-m", "locust", "-f", "locustfile.py", "--scenario", str(scen)]
+    workers = [
+        subprocess.Popen([*base, "--worker", "--master-port", port], cwd=ROOT, env=env,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    try:
+        master = subprocess.run(
+            [*base, "--headless", "--master", "--expect-workers", "2", "--master-bind-host",
+             "127.0.0.1", "--master-bind-port", port, "--triton-target", triton.grpc_address,
+             "--triton-metrics", triton.metrics_url, "--loadkit-out", str(out)],
+            cwd=ROOT, env=env, capture_output=True, text=True, timeout=150,
+        )
+        assert master.returncode == 0, master.stderr[-3000:]
+        for w in workers:  # the master's quit ends them
+            assert w.wait(30) == 0, w.stderr.read()[-2000:]
+    finally:
+        for w in workers:
+            if w.poll() is None:
+                w.kill()
+    data = results(out)
+    assert data["status"] == "complete"
+    for step in (s for p in data["phases"] for s in p["steps"]):
+        assert step["status"] == "ok" and step["workers"]["count"] == 2
+        assert_accounted(step)

@@ -81,11 +81,17 @@ class MasterDrive:
         self._watch: gevent.Greenlet | None = None
 
     def attach(self, environment: Any) -> None:
-        self.runner = environment.runner
-        self.runner.register_message(HELLO, self._on_hello)
-        self.runner.register_message(CLOSED, self._on_closed)
-        self.runner.register_message(REFUSED, self._on_refused)
-        environment.events.worker_report.add_listener(self._on_report)
+        """Handlers are registered once per Locust process and find the current run's drive
+        through `environment.loadkit`, since the web UI starts a new run for every test."""
+        self.runner = runner = environment.runner
+        if HELLO not in runner.custom_messages:
+            drive = lambda: environment.loadkit.drive  # noqa: E731
+            runner.register_message(HELLO, lambda **kw: drive()._on_hello(**kw))
+            runner.register_message(CLOSED, lambda **kw: drive()._on_closed(**kw))
+            runner.register_message(REFUSED, lambda **kw: drive()._on_refused(**kw))
+            environment.events.worker_report.add_listener(
+                lambda **kw: drive()._on_report(**kw)
+            )
         self._watch = gevent.spawn(self._watch_loop)
 
     def stop(self) -> None:

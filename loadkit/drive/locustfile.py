@@ -6,8 +6,10 @@
 command with LOCUST_SKIP_MONKEY_PATCH=1 when it was not set; see loadkit/drive/__init__.py.)
 
 Without --triton-target the embedded Triton is started for the session and stopped when Locust
-quits. The scenario's phases drive the load: the user count and spawn rate fields of the web UI
-are ignored, because the shape (LoadkitShape) sets them step by step.
+quits. With `--master` the master runs the phases and the controller, and `--worker` processes
+(given the same --scenario) send the load. The scenario's phases drive the load: the user count
+and spawn rate fields of the web UI are ignored, because the shape (LoadkitShape) sets them step
+by step.
 """
 
 from __future__ import annotations
@@ -17,10 +19,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import gevent.monkey
 from locust import events
+from locust.runners import MasterRunner, WorkerRunner
 
 from loadkit.control.server import ServerControl
 from loadkit.drive import PATCHED, PATCHED_MESSAGE, reexec_unpatched
+from loadkit.drive.distributed import WorkerAgent
 from loadkit.drive.shape import LoadkitShape
 from loadkit.drive.users import TritonUser
 from loadkit.errors import LoadkitError, ScenarioError
@@ -31,6 +36,9 @@ from loadkit.server import EmbeddedServer
 __all__ = ["LoadkitShape", "TritonUser"]
 
 reexec_unpatched()
+# Locust's own main loop waits for workers (`--expect-workers`) and quits with time.sleep, which
+# only yields to the hub when patched. Patching time alone is safe for the engine thread.
+gevent.monkey.patch_time()
 
 
 @events.init_command_line_parser.add_listener
@@ -41,6 +49,12 @@ def _add_arguments(parser: Any) -> None:
         default="",
         help="HOST:PORT (default: embedded Triton)",
         env_var="LOADKIT_TARGET",
+    )
+    parser.add_argument(
+        "--triton-metrics",
+        default="",
+        help="Triton's Prometheus URL (default: the embedded server's, or target.metrics)",
+        env_var="LOADKIT_METRICS",
     )
     parser.add_argument("--loadkit-out", default="", help="report folder (default reports/...)")
 
@@ -60,9 +74,8 @@ class _Session:
             self.server = EmbeddedServer(models=self.scenario.models).start()
             address = self.server.grpc_address
         self.address = address
-        self.control = ServerControl(
-            address, self.scenario.target, self.server.metrics_url if self.server else None
-        )
+        metrics = opts.triton_metrics or (self.server.metrics_url if self.server else None)
+        self.control = ServerControl(address, self.scenario.target, metrics)
         self.control.wait_live()
         infos = {m: self.control.model_info(m) for m in self.scenario.models}
         problems = check_against_models(self.scenario, infos)
@@ -76,7 +89,10 @@ class _Session:
         else:
             stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
             out = Path("reports") / f"{stamp}-{self.scenario.name}"
-        run = Run(self.scenario, self.address, self.control, out, self.server is not None)
+        run = Run(
+            self.scenario, self.address, self.control, out, self.server is not None,
+            distributed=isinstance(self.environment.runner, MasterRunner),
+        )
         run.attach(self.environment)
         run.session = self  # type: ignore[attr-defined]
         return run
@@ -88,6 +104,17 @@ class _Session:
             self.server.stop()
 
 
+def _start_worker(environment: Any) -> None:
+    """`locust -f ... --worker`: no server, no controller; the master says where to send."""
+    try:
+        agent = WorkerAgent(environment, load_scenario(environment.parsed_options.scenario))
+    except ScenarioError as exc:
+        for p in exc.problems:
+            print(p, file=sys.stderr)
+        sys.exit(2)
+    environment.events.quitting.add_listener(lambda **_: agent.stop())
+
+
 @events.init.add_listener
 def _on_init(environment: Any, **_: Any) -> None:
     if environment.parsed_options is None:
@@ -95,6 +122,9 @@ def _on_init(environment: Any, **_: Any) -> None:
     if PATCHED:
         print(f"loadkit: {PATCHED_MESSAGE}", file=sys.stderr)
         sys.exit(2)
+    if isinstance(environment.runner, WorkerRunner):
+        _start_worker(environment)
+        return
     try:
         session = _Session(environment)
     except ScenarioError as exc:
