@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup demo test lint bench soak clean models
+.PHONY: setup demo test lint bench soak clean models browser
 
 setup: $(STAMP)
 
@@ -24,7 +24,13 @@ demo: setup
 lint: setup
 	$(BIN)/ruff check loadkit tests scripts bench locustfile.py
 
-test: setup lint
+# The web UI test drives Debian's Chromium with Playwright (never a browser download).
+browser:
+	@command -v chromium >/dev/null || { test "$$(id -u)" = 0 && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "loadkit: could not install chromium (needs root and apt); the web UI test will skip"
+
+test: setup lint browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # loadkit vs perf_analyzer (C++) on the same embedded Triton, A B pairs; results in bench/results/.

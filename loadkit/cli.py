@@ -267,6 +267,31 @@ def cmd_worker(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_ui(args: argparse.Namespace, extra: list[str]) -> int:
+    """Locust's own web UI (with the Triton tab) on this scenario: `locust -f` underneath."""
+    from loadkit.drive.workers import LOOPBACK
+    from loadkit.scenario import load_scenario
+
+    load_scenario(args.scenario)  # bad input stops here, with the usual messages and exit 2
+    if args.web_host not in LOOPBACK:
+        _err(
+            f"warning: the web UI listens on {args.web_host}:{args.web_port}; anyone who can "
+            "reach it can start load. Pass Locust's --web-login (after --) to require a login."
+        )
+    locustfile = Path(__file__).resolve().parent / "drive" / "locustfile.py"
+    argv = [sys.executable, "-m", "locust", "-f", str(locustfile), "--scenario", args.scenario,
+            "--web-host", args.web_host, "--web-port", str(args.web_port)]
+    if args.target:
+        argv += ["--triton-target", args.target]
+    if args.out:
+        argv += ["--loadkit-out", args.out]
+    env = {**os.environ, "LOCUST_SKIP_MONKEY_PATCH": "1"}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, argv + extra, env)
+    return EXIT_FAILED  # not reached
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from loadkit.server import EmbeddedServer
 
@@ -396,6 +421,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--labels", help="comma-separated names for the runs (default: folder names)")
     c.add_argument("--out", help="write comparison.md, plots and report.html here")
     c.set_defaults(func=cmd_compare)
+    u = sub.add_parser(
+        "ui", help="Locust's web UI with a Triton tab; arguments after -- go to Locust",
+    )
+    u.add_argument("scenario")
+    u.add_argument("--target", help="HOST:PORT of a Triton gRPC endpoint (default: embedded)")
+    u.add_argument("--web-host", default="127.0.0.1",
+                   help="interface for the web UI (default 127.0.0.1)")
+    u.add_argument("--web-port", type=int, default=8089)
+    u.add_argument("--out", help="report folder of the first run (default reports/...)")
+    u.set_defaults(func=cmd_ui)
     s = sub.add_parser("serve", help="run the embedded Triton in the foreground")
     s.add_argument(
         "--model-repository",
@@ -416,8 +451,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    extra: list[str] = []
+    if "--" in argv:  # `loadkit ui FILE -- --web-login ...`: the rest is Locust's
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
     args = build_parser().parse_args(argv)
     try:
+        if args.func is cmd_ui:
+            return cmd_ui(args, extra)
+        if extra:
+            _err(f"arguments after -- are only for `loadkit ui`: {' '.join(extra)}")
+            return EXIT_BAD_INPUT
         return int(args.func(args))
     except ScenarioError as exc:
         for problem in exc.problems:

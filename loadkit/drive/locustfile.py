@@ -24,7 +24,7 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from loadkit.control.server import ServerControl
-from loadkit.drive import PATCHED, PATCHED_MESSAGE, reexec_unpatched
+from loadkit.drive import PATCHED, PATCHED_MESSAGE, reexec_unpatched, webui
 from loadkit.drive.distributed import WorkerAgent
 from loadkit.drive.shape import LoadkitShape
 from loadkit.drive.users import TritonUser
@@ -135,6 +135,7 @@ def _on_init(environment: Any, **_: Any) -> None:
         print(f"loadkit: {exc}", file=sys.stderr)
         sys.exit(2)
     session.new_run()
+    webui.install(environment)
 
     @environment.events.quitting.add_listener
     def _on_quit(**_: Any) -> None:

@@ -1,0 +1,155 @@
+"""The "Triton" tab in Locust's web UI, added the documented way (extended_tabs / extended_tables
+in the template args, rows in /stats/requests' `extended_stats`, a Flask blueprint for the rest).
+
+Locust's own statistics are whole milliseconds; this tab shows loadkit's HDR percentiles (ms with
+decimals) per step, Triton's own queue / compute / batch figures beside them, the phase's config
+overlay, the change against the first phase at the same load, and a link to the HTML report.
+The rows are built from the same results.json data the report is, so the two always agree.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from flask import Blueprint, Response, jsonify, make_response, request
+
+from loadkit.plan import load_label
+from loadkit.record import latency_summary
+from loadkit.report.units import ms
+
+TAB_KEY = "triton"
+COLUMNS = [
+    ("phase", "Phase"), ("step", "Step"), ("load", "Load"), ("status", "Status"),
+    ("requests", "Requests"), ("infer_s", "infer/s"), ("p50", "p50 ms"), ("p90", "p90 ms"),
+    ("p99", "p99 ms"), ("p999", "p99.9 ms"), ("errors", "Errors"), ("avg_batch", "Avg batch"),
+    ("queue_us", "Queue µs"), ("compute_us", "Compute µs"), ("delta", "vs first phase"),
+    ("config", "Config overlay"),
+]
+NOTE = (
+    "The scenario's phases drive the load (LoadkitShape): the user count and spawn rate fields "
+    "are ignored. Latencies: loadkit's HDR histograms."
+)
+
+
+def _server_fields(step: dict[str, Any]) -> dict[str, str]:
+    models = [(m, s) for m, s in step.get("server", {}).items() if s.get("success")]
+    if not models:
+        return {"avg_batch": "-", "queue_us": "-", "compute_us": "-"}
+    tag = (lambda m: f"{m} ") if len(models) > 1 else (lambda m: "")
+    return {
+        "avg_batch": ", ".join(f"{tag(m)}{s['avg_batch']:.2f}" for m, s in models),
+        "queue_us": ", ".join(f"{tag(m)}{s['queue_us']:.0f}" for m, s in models),
+        "compute_us": ", ".join(
+            f"{tag(m)}{s['compute_input_us'] + s['compute_infer_us'] + s['compute_output_us']:.0f}"
+            for m, s in models
+        ),
+    }
+
+
+def _config(overlay: dict[str, Any]) -> str:
+    text = json.dumps(overlay, separators=(",", ":")) if overlay else "server's own"
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _latency(lat: dict[str, float]) -> dict[str, str]:
+    return {k: ms(lat[k]) for k in ("p50", "p90", "p99", "p999")}
+
+
+def triton_rows(results: dict[str, Any], live: dict[str, Any] | None,
+                overlays: dict[str, dict[str, Any]], stage: str = "") -> list[dict[str, Any]]:
+    """One row per measured step, plus the step in progress and a first row that says what
+    drives the load and what the run is doing."""
+    rows: list[dict[str, Any]] = [
+        {"phase": "(run)", "status": f"{results['status']}: {stage}" if stage else
+         results["status"], "config": NOTE}
+    ]
+    first: dict[str, dict[str, Any]] = {}
+    for phase in results["phases"]:
+        if not phase["steps"]:
+            rows.append({"phase": phase["name"], "status": phase["status"],
+                         "config": phase.get("reason", "")})
+        for s in phase["steps"]:
+            label = load_label(s["load"])
+            base = first.setdefault(label, s)
+            delta = "reference"
+            if base is not s and base["throughput"] and base["latency_us"]["p99"]:
+                d_t = (s["throughput"] - base["throughput"]) / base["throughput"] * 100
+                d_p = (s["latency_us"]["p99"] - base["latency_us"]["p99"]) / base["latency_us"][
+                    "p99"] * 100
+                delta = f"infer/s {d_t:+.1f}%, p99 {d_p:+.1f}%"
+            rows.append({
+                "phase": phase["name"], "step": s["index"] + 1, "load": label,
+                "status": s["status"], "requests": s["requests"],
+                "infer_s": f"{s['throughput']:.1f}", **_latency(s["latency_us"]),
+                "errors": sum(s["errors"].values()), **_server_fields(s), "delta": delta,
+                "config": _config(overlays.get(phase["name"], {})),
+            })
+    if live is not None:
+        rows.append({**live, "config": _config(overlays.get(live["phase"], {}))})
+    return rows
+
+
+def live_row(status: dict[str, Any], batch_sizes: dict[str, int]) -> dict[str, Any] | None:
+    """The step being measured, from the live HDR window (this process or merged workers)."""
+    window = status.get("window")
+    if window is None or not status.get("phase"):
+        return None
+    merged = window.merged()
+    elapsed = max(status["elapsed_s"], 1e-9)
+    inferences = sum(window.successes(n) * b for n, b in batch_sizes.items())
+    return {
+        "phase": status["phase"], "step": (status["step"] or 0) + 1, "load": status["load"],
+        "status": f"{status['stage']} {status['elapsed_s']:.0f}s / "
+                  f"{status['elapsed_s'] + status['remaining_s']:.0f}s",
+        "requests": merged.get_total_count(), "infer_s": f"{inferences / elapsed:.1f}",
+        **_latency(latency_summary(merged)), "errors": window.error_count(),
+        "avg_batch": "", "queue_us": "", "compute_us": "", "delta": "live",
+    }
+
+
+def install(environment: Any) -> None:
+    """Add the tab to this Locust process's web UI (master or single process)."""
+    web_ui = environment.web_ui
+    if web_ui is None:
+        return
+    blueprint = Blueprint("loadkit", __name__, url_prefix="/loadkit")
+
+    def current() -> Any:
+        return environment.loadkit
+
+    def rows() -> list[dict[str, Any]]:
+        run = current()
+        overlays = {p.name: p.config for p in run.plan.phases}
+        live = live_row(run.conductor.status(), run.batch_sizes)
+        return triton_rows(run.result.to_json(), live, overlays, run.conductor.stage)
+
+    @blueprint.route("/status")
+    def status() -> Response:
+        run = current()
+        return jsonify({"out_dir": str(run.out_dir), "stage": run.conductor.stage,
+                        "status": run.result.status, "rows": rows()})
+
+    @blueprint.route("/report")
+    def report() -> Response:
+        page = Path(current().out_dir) / "report.html"
+        if not page.exists():
+            return make_response("the HTML report is written when the run ends", 404)
+        return make_response(page.read_text(), 200, {"Content-Type": "text/html"})
+
+    @web_ui.app.after_request
+    def add_rows(response: Response) -> Response:
+        if request.path.endswith("/stats/requests") and response.is_json:
+            extended = [{"key": TAB_KEY, "data": rows()}]
+            response.set_data(json.dumps({**response.json, "extended_stats": extended}))
+        return response
+
+    web_ui.app.register_blueprint(blueprint)
+    web_ui.template_args["extended_tabs"] = [{"title": "Triton", "key": TAB_KEY}]
+    web_ui.template_args["extended_tables"] = [
+        {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in COLUMNS]}
+    ]
+    web_ui.template_args["extended_csv_files"] = [
+        {"href": "/loadkit/report", "title": "loadkit HTML report (after the run)"}
+    ]

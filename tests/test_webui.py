@@ -1,0 +1,130 @@
+"""The web UI as a person uses it: `loadkit ui`, headless Chromium clicks START, opens the Triton
+tab, and the numbers it shows are the ones in results.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, results, write
+
+from loadkit.report.units import ms
+
+CHROMIUM = "/usr/bin/chromium"
+SCENARIO = """
+name: ui
+requests:
+  dense_b1:
+    model: dense
+    batch_size: 1
+    inputs:
+      INPUT0: {dtype: FP32, shape: [256], data: random, seed: 7}
+phases:
+  - name: baseline
+    load: {concurrency: [1, 2], step_duration: 2s, warmup: 0.5s}
+  - name: batching
+    config:
+      dense: {dynamic_batching: {max_queue_delay_microseconds: 200}}
+    load: {concurrency: [2], step_duration: 2s, warmup: 0.5s}
+"""
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, b""
+
+
+@pytest.fixture
+def ui(triton, tmp_path):
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed and could not be (make test installs it as root)")
+    from loadkit.drive.workers import free_port
+
+    port = free_port()
+    out = tmp_path / "report"
+    scen = write(tmp_path / "ui.yaml", SCENARIO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadkit", "ui", str(scen), "--target", triton.grpc_address,
+         "--web-port", str(port), "--out", str(out)],
+        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if _get(url + "/")[0] == 200:
+                break
+        except OSError:
+            time.sleep(0.3)
+    else:
+        proc.kill()
+        pytest.fail(f"web UI did not come up: {proc.stdout.read() if proc.stdout else ''}")
+    yield url, out, tmp_path
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        pytest.fail("loadkit ui did not exit within 30 s of SIGTERM")
+
+
+def test_triton_tab_shows_the_numbers_of_results_json(ui) -> None:
+    from playwright.sync_api import sync_playwright
+
+    url, out, tmp = ui
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM, args=["--no-sandbox", "--disable-background-networking"]
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page.goto(url + "/")
+            page.get_by_role("button", name="START").click()
+            page.get_by_role("tab", name="Triton").click()
+            page.wait_for_timeout(2500)
+            page.screenshot(path=str(tmp / "triton-tab-running.png"))
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline:
+                if (out / "results.json").exists() and results(out)["status"] == "complete":
+                    break
+                time.sleep(0.5)
+            data = results(out)
+            assert data["status"] == "complete"
+            page.wait_for_timeout(3500)  # the UI polls /stats/requests every ~2 s
+            cells = [
+                [c.inner_text().strip() for c in row.locator("td").all()]
+                for row in page.locator("table tbody tr").all()
+            ]
+            page.screenshot(path=str(tmp / "triton-tab.png"), full_page=True)
+        finally:
+            browser.close()
+    assert (tmp / "triton-tab.png").stat().st_size > 10_000
+    assert "phases drive the load" in cells[0][-1]
+    shown = {(r[0], r[1]): r for r in cells[1:] if len(r) > 10 and r[1]}
+    steps = [(p["name"], s) for p in data["phases"] for s in p["steps"]]
+    assert len(steps) == 3
+    for phase, s in steps:
+        row = shown[(phase, str(s["index"] + 1))]
+        lat = s["latency_us"]
+        # requests | infer/s | p50 | p90 | p99 | p99.9, exactly as results.json has them
+        assert row[4:10] == [str(s["requests"]), f"{s['throughput']:.1f}", ms(lat["p50"]),
+                             ms(lat["p90"]), ms(lat["p99"]), ms(lat["p999"])], row
+        assert row[11] == f"{s['server']['dense']['avg_batch']:.2f}"
+    batching = shown[("batching", "1")]
+    assert "dynamic_batching" in batching[-1] and "%" in batching[-2]
+    # the HTML report is served from the UI once the run is over
+    status, body = _get(url + "/loadkit/report")
+    assert status == 200 and b"<html" in body.lower()
+    live = json.loads(_get(url + "/loadkit/status")[1])
+    assert live["status"] == "complete" and Path(live["out_dir"]) == out
