@@ -92,6 +92,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from loadkit.server import EmbeddedServer
 
     scenario = load_scenario(args.scenario)
+    spec = _capacity_spec(args) if args.command == "capacity" else None
     out_dir = Path(args.out) if args.out else _default_out(scenario.name)
     address = args.target or scenario.target.grpc
     server = None
@@ -128,7 +129,13 @@ def cmd_run(args: argparse.Namespace) -> int:
                 scenario, address, control, out_dir, embedded=server is not None, seed=args.seed,
                 distributed=distributed,
             )
-            print(run.plan.describe(), file=sys.stderr)
+            if spec is not None:
+                from loadkit.drive.search import CapacityConductor
+
+                run.conductor = CapacityConductor(run, spec)
+                print(f"capacity search, SLO {args.slo}, budget {args.budget:g} s", file=sys.stderr)
+            else:
+                print(run.plan.describe(), file=sys.stderr)
             env = Environment(
                 user_classes=[TritonUser], shape_class=LoadkitShape(), stop_timeout=5,
                 parsed_options=_master_options() if distributed else None,
@@ -142,6 +149,26 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(_summary(out_dir))
     print(f"report: {out_dir}")
     return code
+
+
+def _capacity_spec(args: argparse.Namespace) -> Any:
+    from loadkit.capacity import CapacityInputError, parse_rate, parse_slo
+    from loadkit.drive.search import CapacitySpec
+
+    if not 0 <= args.headroom < 1:
+        raise CapacityInputError(f"--headroom: expected a fraction in [0, 1); found {args.headroom}"
+                                 )
+    if args.budget <= 0 or not 0 < args.precision < 1:
+        raise CapacityInputError("--budget must be above 0 and --precision in (0, 1)")
+    return CapacitySpec(
+        slo=parse_slo(args.slo),
+        slo_text=args.slo,
+        peak=parse_rate(args.peak, "--peak") if args.peak else None,
+        headroom=args.headroom,
+        budget_s=args.budget,
+        precision=args.precision,
+        start_rate=parse_rate(args.start_rate, "--start-rate") if args.start_rate else None,
+    )
 
 
 def _summary(out_dir: Path) -> str:
@@ -376,6 +403,30 @@ def build_parser() -> argparse.ArgumentParser:
     )
     v.set_defaults(func=cmd_validate)
     r = sub.add_parser("run", help="run a scenario headless and write a report")
+    k = sub.add_parser(
+        "capacity",
+        help="find each config phase's highest arrival rate within an SLO, and replicas for a peak",
+    )
+    k.add_argument("--slo", required=True,
+                   help="e.g. 'p99<50ms' or 'p99<50ms,p50<10ms,error_rate<0.5%%' "
+                        "(error rate and dropped ratio default to 1%%)")
+    k.add_argument("--peak", help="peak arrival rate to size for, e.g. 3000/s (requests/s)")
+    k.add_argument("--headroom", type=float, default=0.3,
+                   help="fraction of each replica's max kept free at the peak (default 0.3)")
+    k.add_argument("--budget", type=float, default=600.0, metavar="S",
+                   help="seconds of search for all phases together (default 600)")
+    k.add_argument("--precision", type=float, default=0.05,
+                   help="stop bisecting when the bracket is this tight (default 0.05 = 5%%)")
+    k.add_argument("--start-rate", help="first rate to try (default: the phase's first rate, "
+                                        "or 100/s)")
+    k.set_defaults(func=cmd_run)
+    for cmd in (r, k):
+        _run_options(cmd)
+    r.set_defaults(func=cmd_run)
+    return _more_commands(parser, sub)
+
+
+def _run_options(r: argparse.ArgumentParser) -> None:
     r.add_argument("scenario")
     r.add_argument("--target", help="HOST:PORT of a Triton gRPC endpoint (default: embedded)")
     r.add_argument(
@@ -402,7 +453,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --master: port to listen on (default 5557)")
     d.add_argument("--worker-wait", type=float, default=120.0, metavar="S",
                    help="seconds to wait for the workers to connect (default 120)")
-    r.set_defaults(func=cmd_run)
+
+
+def _more_commands(parser: argparse.ArgumentParser, sub: Any) -> argparse.ArgumentParser:
     w = sub.add_parser("worker", help="send a master's load: a Locust worker for `run --master`")
     w.add_argument("scenario", help="the same scenario file the master runs")
     w.add_argument("--master-host", default="127.0.0.1")

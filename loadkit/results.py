@@ -83,9 +83,10 @@ class RunResult:
     phases: list[PhaseResult] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     thresholds: list[dict[str, Any]] = field(default_factory=list)  # slo.Outcome as JSON
+    capacity: dict[str, Any] = field(default_factory=dict)  # `loadkit capacity` only
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "format": RESULTS_FORMAT,
             "scenario_name": self.scenario_name,
             "scenario": self.scenario,
@@ -99,3 +100,6 @@ class RunResult:
             "thresholds": self.thresholds,
             "phases": [p.to_json() for p in self.phases],
         }
+        if self.capacity:
+            out["capacity"] = self.capacity
+        return out

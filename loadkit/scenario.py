@@ -76,6 +76,10 @@ class TLSSpec:
 TRANSPORTS = ("stream", "unary")
 
 
+SERVER_LOSS_POLICIES = ("abort", "wait")
+SERVER_LOSS_WAIT_S = {"abort": 10.0, "wait": 600.0}
+
+
 @dataclass(frozen=True)
 class TargetSpec:
     """Where load goes. `grpc=None` means the embedded server that loadkit starts itself."""
@@ -87,6 +91,10 @@ class TargetSpec:
     secret_values: tuple[str, ...] = field(default=(), repr=False)
     metrics: str | None = None  # Prometheus endpoint; the embedded server supplies its own
     transport: str = "stream"  # "stream": ModelStreamInfer per user; "unary": ModelInfer calls
+    # When the server cannot be reached mid-run: wait this long for it, then stop ("abort") or,
+    # with "wait", wait longer (server_loss_wait_s) and go on with the next step.
+    on_server_loss: str = "abort"
+    server_loss_wait_s: float = 10.0
 
 
 @dataclass(frozen=True)
@@ -483,7 +491,10 @@ def _template(ck: _Checker, name: str, raw: Any, path: KeyPath) -> RequestTempla
 
 def _target(ck: _Checker, raw: Any) -> TargetSpec:
     path: KeyPath = ("target",)
-    m = ck.mapping(raw, path, ("grpc", "tls", "headers", "timeout", "metrics", "transport"))
+    m = ck.mapping(
+        raw, path, ("grpc", "tls", "headers", "timeout", "metrics", "transport",
+                    "on_server_loss", "server_loss_wait"),
+    )
     if m is None:
         return TargetSpec()
     grpc_addr = None
@@ -536,8 +547,19 @@ def _target(ck: _Checker, raw: Any) -> TargetSpec:
                 (*path, "transport"),
                 f"expected one of {', '.join(TRANSPORTS)}; found {_found(found)}",
             )
+    policy = "abort"
+    if "on_server_loss" in m:
+        if m["on_server_loss"] in SERVER_LOSS_POLICIES:
+            policy = m["on_server_loss"]
+        else:
+            ck.add((*path, "on_server_loss"), f"expected one of {', '.join(SERVER_LOSS_POLICIES)}"
+                   f"; found {_found(m['on_server_loss'])}")
+    wait_s = SERVER_LOSS_WAIT_S[policy]
+    if "server_loss_wait" in m:
+        wait_s = ck.duration(m["server_loss_wait"], (*path, "server_loss_wait"), False) or wait_s
     return TargetSpec(
-        grpc_addr, tls, tuple(headers), timeout or 10.0, tuple(ck.secrets), metrics, transport
+        grpc_addr, tls, tuple(headers), timeout or 10.0, tuple(ck.secrets), metrics, transport,
+        policy, wait_s,
     )
 
 

@@ -31,7 +31,7 @@ class Outcome:
         return asdict(self)
 
 
-def _fmt(metric: str, v: float | None) -> str:
+def fmt_value(metric: str, v: float | None) -> str:
     if v is None:
         return "-"
     if metric in LATENCY_METRICS:
@@ -71,7 +71,7 @@ def holds(t: Threshold, value: float | None) -> bool:
 def check_phase(thresholds: tuple[Threshold, ...], phase: dict[str, Any]) -> list[Outcome]:
     out = []
     for t in thresholds:
-        limit_text = _fmt(t.metric, t.limit)
+        limit_text = fmt_value(t.metric, t.limit)
         if phase["status"] == "skipped" or (phase["status"] != "failed" and not phase["steps"]):
             why = phase["reason"] or "no measured steps"
             out.append(Outcome(phase["name"], t.name, t.limit, None, "skipped", "", why, t.where))
@@ -101,7 +101,7 @@ def check_phase(thresholds: tuple[Threshold, ...], phase: dict[str, Any]) -> lis
             message = f"nothing measured at {label} (no successful requests)"
         else:
             message = (
-                f"{_fmt(t.metric, value)} at {label}; expected {relation} {limit_text}"
+                f"{fmt_value(t.metric, value)} at {label}; expected {relation} {limit_text}"
             )
         out.append(
             Outcome(
@@ -144,8 +144,8 @@ def table(outcomes: list[dict[str, Any]]) -> str:
         if o["status"] != "pass" and o["message"]:
             result += f": {o['message']}"
         lines.append(
-            f"| {o['phase']} | {o['threshold']} | {_fmt(metric, o['limit'])} | "
-            f"{_fmt(metric, o['value'])} | {o['step'] or '-'} | {result} |"
+            f"| {o['phase']} | {o['threshold']} | {fmt_value(metric, o['limit'])} | "
+            f"{fmt_value(metric, o['value'])} | {o['step'] or '-'} | {result} |"
         )
     return "\n".join(lines) + "\n"
 

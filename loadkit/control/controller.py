@@ -20,6 +20,7 @@ from loadkit.plan import PhasePlan
 from loadkit.results import PhaseResult
 
 READY_TIMEOUT_S = 120.0
+RECOVER_S = 60.0  # how long a server that came back may take to accept its models again
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class Controller:
 
     def counters(self) -> dict[str, ModelCounters]:
         return self.control.counters(self.models)
+
+    def server_live(self) -> bool:
+        return self.control.is_live()
 
     def snapshot(self) -> Snapshot:
         """Statistics and metrics together, taken while nothing is in flight."""
@@ -133,6 +137,27 @@ class Controller:
                 }
             )
         result.config = {m: self.control.config(m) for m in self.models}
+
+    def recover(self) -> None:
+        """After the server came back (a restart): load every model again at the config the
+        current phase had, since a restarted server in explicit mode has none loaded."""
+        for model in self.models:
+            overlay = self.applied.get(model, {})
+            deadline = time.monotonic() + RECOVER_S
+            while True:
+                try:
+                    if not overlay and self.control.model_ready(model):
+                        reload_s = 0.0  # whoever restarted the server loaded it as it was
+                    else:
+                        reload_s = self._load(model, merge(self._original(model), overlay))
+                    break
+                except ControlError:  # still starting (or someone else is loading it)
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            self.events.append(
+                {"at": _now(), "event": "model_reloaded", "model": model, "reload_s": reload_s}
+            )
 
     def restore(self) -> None:
         """Load every model we changed back to its config from before the run."""

@@ -128,6 +128,17 @@ class ServerControl:
         except grpc.RpcError as exc:
             raise ControlError(exc.details() or exc.code().name) from None
 
+    def is_live(self, timeout_s: float = 1.0) -> bool:
+        """False only when the server cannot be reached at all (refused, reset): a stalled or
+        overloaded server that answers late is slow, not lost."""
+        try:
+            self.stub.ServerLive(
+                service_pb2.ServerLiveRequest(), timeout=timeout_s, metadata=self.metadata
+            )
+        except grpc.RpcError as exc:
+            return exc.code() != grpc.StatusCode.UNAVAILABLE
+        return True
+
     def wait_live(self, timeout_s: float = 10.0) -> None:
         deadline = time.monotonic() + timeout_s
         last = ""

@@ -21,7 +21,7 @@ from loadkit.control.controller import Snapshot
 from loadkit.control.metrics import diff_metrics
 from loadkit.control.server import diff_counters
 from loadkit.drive.context import Collected
-from loadkit.plan import Step
+from loadkit.plan import PhasePlan, Step
 from loadkit.record import latency_summary
 from loadkit.results import PhaseResult, StepResult
 from loadkit.scenario import Threshold
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("loadkit.conductor")
 SPAWN_WAIT_S = 30.0
+LIVENESS_S = 1.0
 
 
 def utcnow() -> str:
@@ -140,18 +141,21 @@ class Conductor:
         self.stage_started = time.monotonic()
         self.stage_length_s = 0.0
         self.aborted: str | None = None
+        self.abort_status = "interrupted"
         self.exit_code = 0
         self._wake = Event()
+        self.lost_at = ""
         self.greenlet: gevent.Greenlet | None = None
 
     def start(self) -> None:
         if self.greenlet is None:
             self.greenlet = gevent.spawn(self._main)
 
-    def abort(self, reason: str, exit_code: int) -> None:
+    def abort(self, reason: str, exit_code: int, status: str = "interrupted") -> None:
         if self.aborted is None:
             self.aborted = reason
             self.exit_code = exit_code
+            self.abort_status = status
         self._wake.set()
 
     def _sleep(self, seconds: float) -> bool:
@@ -179,15 +183,8 @@ class Conductor:
                 run.save()
                 if pr.status in ("failed", "skipped"):
                     continue
-                for step in phase.steps:
-                    self._run_step(step, pr)
-                    run.save()
-                    if phase.thresholds.abort_on_fail:
-                        self._check_abort(phase.thresholds.items, pr)
-                    if self.aborted:
-                        pr.status = "partial"
-                        break
-            run.result.status = "interrupted" if self.aborted else "complete"
+                self._walk_phase(phase, pr)
+            run.result.status = self.abort_status if self.aborted else "complete"
             run.result.reason = self.aborted or ""
         except Exception as exc:  # a bug or a lost server: keep what we have, say what happened
             log.error("run aborted: %s\n%s", exc, traceback.format_exc())
@@ -210,6 +207,17 @@ class Conductor:
             self.stage = "done"
             self.finished.set()
 
+    def _walk_phase(self, phase: PhasePlan, pr: PhaseResult) -> None:
+        """The phase's planned steps, in order (drive/search.py chooses them as it goes)."""
+        for step in phase.steps:
+            self._run_step(step, pr)
+            self.run.save()
+            if phase.thresholds.abort_on_fail:
+                self._check_abort(phase.thresholds.items, pr)
+            if self.aborted:
+                pr.status = "partial"
+                break
+
     def _check_abort(self, thresholds: tuple[Threshold, ...], pr: PhaseResult) -> None:
         """abort_on_fail: stop at the first step that breaks a threshold (report still written,
         configs still restored, exit 1)."""
@@ -229,6 +237,25 @@ class Conductor:
             if not self._sleep(0.05):
                 return
 
+    def _watch(self, seconds: float) -> bool:
+        """Sleep like _sleep, checking every second that the server can still be reached;
+        False (and `lost_at` set) when it cannot."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0:
+            if not self._sleep(min(left, LIVENESS_S)):
+                return False
+            if not self.run.controller.server_live():
+                self.lost_at = utcnow()
+                return False
+        return True
+
+    def _snapshot(self) -> Snapshot | None:
+        try:
+            return self.run.controller.snapshot()
+        except Exception as exc:  # the server went away: the step keeps its client side
+            log.warning("server statistics unavailable: %s", exc)
+            return None
+
     def _run_step(self, step: Step, pr: PhaseResult) -> None:
         run, drive = self.run, self.run.drive
         drain_s = run.scenario.target.timeout_s + 1
@@ -239,18 +266,21 @@ class Conductor:
         self._wait_users(users)
         self._set_stage("warm-up", step.warmup_s)
         drive.begin(step, record=False)
-        if step.warmup_s > 0 and not self._sleep(step.warmup_s):
+        if step.warmup_s > 0 and not self._watch(step.warmup_s):
+            drive.end(drain_s)
+            if self.lost_at:
+                self._await_server(step)
             return
         drive.end(drain_s)
-        before = run.controller.snapshot()
+        before = self._snapshot()
         started_at = utcnow()
         self._set_stage("measuring", step.duration_s)
         t0 = time.monotonic()
         drive.begin(step, record=True)
-        completed = self._sleep(step.duration_s)
+        completed = self._watch(step.duration_s)
         got = drive.end(drain_s)
         duration = time.monotonic() - t0
-        after = run.controller.snapshot()
+        after = self._snapshot() if before is not None else None
         assert got is not None
         if not got.drained:
             run.result.events.append(
@@ -258,12 +288,48 @@ class Conductor:
                  "in_flight": got.in_flight}
             )
         lost = got.workers.get("lost") if got.workers else None
-        ok = completed and got.drained and not lost
+        ok = completed and got.drained and not lost and after is not None
         result = build_step_result(
             step, got, before, after, started_at, duration, "ok" if ok else "partial",
             run.batch_sizes,
         )
         pr.steps.append(result)
+        if self.lost_at:
+            self._await_server(step)
+
+    def _await_server(self, step: Step) -> None:
+        """The server could not be reached: wait for it as the scenario says, then go on (it
+        came back: reload the models at this phase's config) or stop with what we have."""
+        run = self.run
+        target = run.scenario.target
+        lost_at, self.lost_at = self.lost_at, ""
+        run.result.events.append(
+            {"at": lost_at, "event": "server_lost", "step": step.key,
+             "policy": target.on_server_loss, "wait_s": target.server_loss_wait_s}
+        )
+        run.save()
+        self._set_stage("waiting for the server", target.server_loss_wait_s)
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < target.server_loss_wait_s:
+            if not self._sleep(LIVENESS_S):
+                return
+            if run.controller.server_live():
+                try:
+                    run.controller.recover()
+                except Exception as exc:
+                    self.abort(f"the server came back but its models did not load: {exc}", 1,
+                               "aborted")
+                    return
+                run.result.events.append(
+                    {"at": utcnow(), "event": "server_back",
+                     "after_s": round(time.monotonic() - t0, 1)}
+                )
+                return
+        self.abort(
+            f"server lost at {lost_at} during step {step.key} and not back within "
+            f"{target.server_loss_wait_s:g} s (on_server_loss: {target.on_server_loss})", 1,
+            "aborted",
+        )
 
     def status(self) -> dict[str, Any]:
         step = self.current

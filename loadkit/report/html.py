@@ -116,6 +116,35 @@ def _steps(results: dict[str, Any], prefix: str) -> list[str]:
     return out
 
 
+def _capacity(cap: dict[str, Any]) -> list[str]:
+    peak = cap.get("peak")
+    out = [
+        f"<h2>Capacity at SLO {escape(cap['slo'])}</h2>",
+        "<table><tr><th class=l>config</th><th>max rate /s</th><th>infer/s</th><th>p50 ms</th>"
+        "<th>p99 ms</th><th>p99.9 ms</th><th>bracket /s</th><th>probes</th>"
+        f"<th>replicas{' for ' + format(peak, 'g') + '/s' if peak else ''}</th>"
+        "<th class=l>result</th></tr>",
+    ]
+    for p in cap["phases"]:
+        lat = p["latency_us"]
+        lo, hi = p["bracket"]
+        cells = [_num(p["max_rate"], "g"), _num(p["max_infer_s"], "g")] + [
+            ms(lat[k]) if lat else "-" for k in ("p50", "p99", "p999")
+        ]
+        out.append(
+            f"<tr><td class=l>{escape(p['phase'])}</td>"
+            + "".join(f"<td>{c}</td>" for c in cells)
+            + f"<td>{_num(lo, 'g')} .. {_num(hi, 'g')}</td><td>{len(p['points'])}</td>"
+            f"<td>{p.get('replicas', '-')}</td>"
+            f"<td class=l>{escape(p['status'] + (': ' + p['reason'] if p['reason'] else ''))}"
+            "</td></tr>"
+        )
+    out.append("</table>")
+    if cap.get("cheapest"):
+        out.append(f"<p>Cheapest config: <b>{escape(cap['cheapest'])}</b>.</p>")
+    return out
+
+
 def render_html(
     cmp: Comparison, runs: list[tuple[str, dict[str, Any]]], plots: dict[str, bytes]
 ) -> str:
@@ -135,6 +164,9 @@ def render_html(
             f"{': ' + escape(results['reason']) if results['reason'] else ''}</p>"
         )
     out += _comparison(cmp)
+    for _, results in runs:
+        if results.get("capacity"):
+            out += _capacity(results["capacity"])
     if plots:
         out.append("<h2>Plots</h2>")
         for name, png in plots.items():

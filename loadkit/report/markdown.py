@@ -6,6 +6,7 @@ from typing import Any
 
 from loadkit.report.compare import Comparison, highlights, load_label
 from loadkit.report.units import ms
+from loadkit.slo import fmt_value
 from loadkit.slo import table as threshold_table
 
 
@@ -64,6 +65,8 @@ def summary_table(results: dict[str, Any]) -> str:
         if open_steps:
             out += _open_loop_notes(open_steps)
     out += _worker_notes(results)
+    if results.get("capacity"):
+        out.append(capacity_table(results["capacity"]))
     if results.get("thresholds"):
         out.append(threshold_table(results["thresholds"]))
     return "\n".join(out)
@@ -174,3 +177,50 @@ def comparison_table(cmp: Comparison) -> str:
         out += [f"- {e.label}: {e.status}: {e.reason or 'no steps'}" for e in cmp.not_measured]
         out.append("")
     return "\n".join(out)
+
+
+def _rate(v: float | None) -> str:
+    return "-" if v is None else f"{v:g}/s"
+
+
+def capacity_table(cap: dict[str, Any]) -> str:
+    """`loadkit capacity`: per config, the highest rate within the SLO and replicas for a peak."""
+    peak = cap.get("peak")
+    lines = [
+        f"## Capacity at SLO {cap['slo']}",
+        "",
+        "Each config's highest arrival rate (requests/s) whose measured step held every limit ("
+        + ", ".join(f"{t['metric']} <= {fmt_value(t['metric'], t['limit'])}"
+                    for t in cap["limits"])
+        + "), found by bracketing and bisection and confirmed by a repeat.",
+        "",
+        "| config | max rate | infer/s | p50 | p99 | p99.9 | bracket | probes | replicas"
+        + (f" for {peak:g}/s" if peak else "") + " | result |",
+        "|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
+    ]
+    for p in cap["phases"]:
+        lat = p["latency_us"]
+        lo, hi = p["bracket"]
+        result = p["status"] + (f" ({p['reason']})" if p["reason"] else "")
+        if p.get("generator_limited"):
+            result += "; WARNING: the generator fell behind in a failing probe"
+        lines.append(
+            f"| {p['phase']} | {_rate(p['max_rate'])} | "
+            f"{p['max_infer_s'] if p['max_infer_s'] is not None else '-'} | "
+            f"{ms(lat['p50']) if lat else '-'} | {ms(lat['p99']) if lat else '-'} | "
+            f"{ms(lat['p999']) if lat else '-'} | {_rate(lo)} .. {_rate(hi)} | "
+            f"{len(p['points'])} | {p.get('replicas', '-')} | {result} |"
+        )
+    lines.append("")
+    if cap.get("cheapest"):
+        best = next(p for p in cap["phases"] if p["phase"] == cap["cheapest"])
+        if peak:
+            lines.append(
+                f"Cheapest config for a peak of {peak:g}/s with {cap['headroom']:.0%} headroom: "
+                f"**{best['phase']}**, {best['replicas']} replica(s) of {best['max_rate']:g}/s."
+            )
+        else:
+            lines.append(f"Most capacity per replica: **{best['phase']}** "
+                         f"({best['max_rate']:g}/s).")
+        lines.append("")
+    return "\n".join(lines)

@@ -106,3 +106,29 @@ def render_plots(cmp: Comparison) -> dict[str, bytes]:
     if not cmp.measured:
         return {}
     return {name: fn(cmp) for name, fn in PLOTS.items()}
+
+
+def capacity_search(cap: dict[str, Any]) -> bytes:
+    """Every probe of the capacity search: rate vs p99, held (o) or broke (x), per config, with
+    the SLO's p99 limit and each config's answer."""
+    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    for i, phase in enumerate(cap["phases"]):
+        color = f"C{i}"
+        pts = phase["points"]
+        for passed, marker in ((True, "o"), (False, "x")):
+            sel = [q for q in pts if q["passed"] is passed and q["latency_us"]]
+            ax.scatter([q["rate"] for q in sel], [q["latency_us"]["p99"] / 1000 for q in sel],
+                       marker=marker, color=color,
+                       label=f"{phase['phase']} {'held' if passed else 'broke'}")
+        if phase["max_rate"]:
+            ax.axvline(phase["max_rate"], color=color, linestyle="--", alpha=0.6)
+    for t in cap["limits"]:
+        if t["metric"] == "p99":
+            ax.axhline(t["limit"] / 1000, color="grey", linestyle=":", label="p99 limit")
+    ax.set_yscale("log")
+    ax.set_xlabel("arrival rate (requests/s)")
+    ax.set_ylabel("p99 (ms, from the scheduled send)")
+    ax.set_title(f"Capacity search at SLO {cap['slo']}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _png(fig)

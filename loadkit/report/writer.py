@@ -16,8 +16,8 @@ from typing import Any
 from loadkit.errors import LoadkitError
 from loadkit.report.compare import build
 from loadkit.report.html import render_html
-from loadkit.report.markdown import comparison_table, summary_table
-from loadkit.report.plots import render_plots
+from loadkit.report.markdown import capacity_table, comparison_table, summary_table
+from loadkit.report.plots import capacity_search, render_plots
 from loadkit.results import RESULTS_FORMAT, RunResult
 from loadkit.slo import junit_xml
 
@@ -93,9 +93,14 @@ def render_comparison(
     """Write comparison.md, the plots and report.html into out_dir; return the Markdown."""
     cmp = build(runs, title)
     md = comparison_table(cmp) + "\n"
+    capacity = [r["capacity"] for _, r, _ in runs if r.get("capacity")]
+    for cap in capacity:
+        md += capacity_table(cap) + "\n"
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
         plots = render_plots(cmp)
+        for i, cap in enumerate(capacity):
+            plots[f"capacity_search{i or ''}.png"] = capacity_search(cap)
         for name, png in plots.items():
             atomic_write(out_dir / name, png)
         atomic_write(out_dir / "comparison.md", md)

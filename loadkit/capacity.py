@@ -1,0 +1,206 @@
+"""Capacity planning: the highest arrival rate each config sustains within an SLO, and how many
+replicas a peak needs.
+
+Pure functions and a small search state machine; drive/search.py runs the measurements. The
+search brackets (doubling up from the start rate until the SLO breaks, or halving down until it
+holds), bisects until the bracket is within `precision`, then repeats the best passing rate to
+confirm it; a failed confirmation moves the bracket down and the search goes on. Every probe is
+an ordinary open-loop step in results.json, so the report shows the evidence for the answer.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from loadkit.errors import LoadkitError
+from loadkit.scenario import LATENCY_METRICS, Threshold
+from loadkit.slo import holds, step_value
+
+DEFAULT_ERROR_RATE = 0.01
+DEFAULT_DROPPED = 0.01
+MAX_CONFIRMS = 3
+_TERM = re.compile(
+    r"^\s*(?P<metric>p50|p90|p95|p99|p999|p99\.9|error_rate|max_dropped|dropped)\s*"
+    r"(?P<op><=|<)\s*(?P<value>[0-9]*\.?[0-9]+)\s*(?P<unit>us|µs|ms|s|%)?\s*$"
+)
+_RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(/s)?\s*$")
+
+
+class CapacityInputError(LoadkitError):
+    exit_code = 2
+
+
+def parse_slo(text: str) -> tuple[Threshold, ...]:
+    """`p99<50ms`, `p99<50ms,p50<10ms,error_rate<0.5%`; error rate and dropped ratio default to
+    1% when not given, since a rate that only holds by failing or dropping requests is no rate."""
+    items: list[Threshold] = []
+    for term in filter(None, (t.strip() for t in text.split(","))):
+        m = _TERM.match(term)
+        if m is None:
+            raise CapacityInputError(
+                f"--slo: cannot read {term!r}; expected e.g. 'p99<50ms', 'p50<=8ms', "
+                "'error_rate<1%' (metrics: p50 p90 p95 p99 p999 error_rate max_dropped)"
+            )
+        metric = {"p99.9": "p999", "dropped": "max_dropped"}.get(m["metric"], m["metric"])
+        value, unit = float(m["value"]), m["unit"]
+        if metric in LATENCY_METRICS:
+            if unit not in ("us", "µs", "ms", "s"):
+                raise CapacityInputError(f"--slo: {term!r} needs a unit: us, ms or s")
+            limit = value * {"us": 1, "µs": 1, "ms": 1e3, "s": 1e6}[unit]
+        else:
+            limit = value / 100 if unit == "%" else value
+            if unit not in (None, "%") or not 0 <= limit <= 1:
+                raise CapacityInputError(f"--slo: {term!r}: expected a fraction or a percentage")
+        if limit <= 0 and metric in LATENCY_METRICS:
+            raise CapacityInputError(f"--slo: {term!r}: the limit must be above 0")
+        items.append(Threshold(metric, limit, None, "--slo"))
+    if not any(t.metric in LATENCY_METRICS for t in items):
+        raise CapacityInputError(f"--slo: {text!r} names no latency percentile (e.g. p99<50ms)")
+    metrics = {t.metric for t in items}
+    if "error_rate" not in metrics:
+        items.append(Threshold("error_rate", DEFAULT_ERROR_RATE, None, "default"))
+    if "max_dropped" not in metrics:
+        items.append(Threshold("max_dropped", DEFAULT_DROPPED, None, "default"))
+    return tuple(items)
+
+
+def parse_rate(text: str, flag: str) -> float:
+    m = _RATE.match(text)
+    if m is None or float(m[1]) <= 0:
+        raise CapacityInputError(f"{flag}: expected a rate above 0 such as 3000 or 3000/s; "
+                                 f"found {text!r}")
+    return float(m[1])
+
+
+def verdict(slo: tuple[Threshold, ...], step: dict[str, Any]) -> tuple[bool, list[str]]:
+    """Whether a measured step holds every term of the SLO, and which terms broke."""
+    broken = []
+    for t in slo:
+        v = step_value(t, step)
+        if not holds(t, v):
+            shown = "nothing measured" if v is None else (
+                f"{v / 1000:.3f} ms" if t.metric in LATENCY_METRICS else f"{v * 100:.2f}%")
+            broken.append(f"{t.name} {shown}")
+    if step.get("status") != "ok":
+        broken.append(f"step {step.get('status')}")
+    return not broken, broken
+
+
+def replicas(peak: float, max_rate: float, headroom: float) -> int:
+    """Replicas so that at the peak each runs at no more than (1 - headroom) of its max."""
+    return math.ceil(peak / (max_rate * (1.0 - headroom)) - 1e-9)
+
+
+@dataclass
+class Probe:
+    rate: float
+    kind: str  # bracket | bisect | confirm
+    passed: bool
+    broken: list[str]
+    step: int
+    latency_us: dict[str, float]
+    achieved_rate: float
+    generator_limited: bool
+
+
+@dataclass
+class Search:
+    """Where the search stands for one config; `next_rate` says what to measure next."""
+
+    start: float
+    precision: float = 0.05
+    min_rate: float = 1.0
+    max_rate: float = 100_000.0
+    probes: list[Probe] = field(default_factory=list)
+    lo: float | None = None  # highest rate that held (below hi)
+    hi: float | None = None  # lowest rate that broke
+    confirmed: bool = False
+    stopped: str = ""  # why the search ended early: budget, aborted, floor, ceiling
+
+    def _kind(self) -> str:
+        if self.hi is None or self.lo is None:
+            return "bracket"
+        return "confirm" if self._narrow() else "bisect"
+
+    def _narrow(self) -> bool:
+        assert self.lo is not None and self.hi is not None
+        return (self.hi - self.lo) / self.lo <= self.precision
+
+    def next_rate(self) -> tuple[float, str] | None:
+        if self.confirmed or self.stopped:
+            return None
+        if not self.probes:
+            return self.start, "bracket"
+        if self.lo is None:  # nothing held yet: halve
+            rate = self.probes[-1].rate / 2 if not self.probes[-1].passed else self.start
+            if rate < self.min_rate:
+                self.stopped = "floor"
+                return None
+            return round(rate, 2), "bracket"
+        if self.hi is None:  # everything held so far: double
+            rate = self.lo * 2
+            if rate > self.max_rate:
+                self.stopped = "ceiling"
+                return None
+            return round(rate, 2), "bracket"
+        if self._narrow():
+            confirms = sum(p.kind == "confirm" for p in self.probes)
+            if confirms >= MAX_CONFIRMS:
+                self.stopped = "unstable"
+                return None
+            return self.lo, "confirm"
+        return round((self.lo + self.hi) / 2, 2), "bisect"
+
+    def record(self, probe: Probe) -> None:
+        self.probes.append(probe)
+        rate = probe.rate
+        if probe.passed:
+            if probe.kind == "confirm" and rate == self.lo:
+                self.confirmed = True
+            if self.hi is None or rate < self.hi:
+                self.lo = max(self.lo or 0.0, rate)
+        else:
+            self.hi = rate if self.hi is None else min(self.hi, rate)
+            if self.lo is not None and self.lo >= self.hi:
+                held = [p.rate for p in self.probes if p.passed and p.rate < self.hi]
+                self.lo = max(held) if held else None
+
+    @property
+    def best(self) -> Probe | None:
+        """The measurement that stands for the answer: the last passing probe at `lo`."""
+        at = [p for p in self.probes if p.passed and p.rate == self.lo]
+        return at[-1] if at else None
+
+
+def phase_summary(name: str, search: Search, status: str, reason: str,
+                  peak: float | None, headroom: float, batch: float) -> dict[str, Any]:
+    best = search.best
+    out: dict[str, Any] = {
+        "phase": name,
+        "status": status,
+        "reason": reason,
+        "max_rate": search.lo if best else None,
+        "max_infer_s": round(search.lo * batch, 2) if best and search.lo else None,
+        "latency_us": best.latency_us if best else {},
+        "bracket": [search.lo, search.hi],
+        "confirmed": search.confirmed,
+        "stopped": search.stopped,
+        "generator_limited": any(p.generator_limited for p in search.probes if not p.passed),
+        "points": [asdict(p) for p in search.probes],
+    }
+    if peak is not None and best and search.lo:
+        out["replicas"] = replicas(peak, search.lo, headroom)
+    return out
+
+
+def cheapest(phases: list[dict[str, Any]]) -> str | None:
+    """Fewest replicas for the peak (or, without a peak, the most per replica); ties go to
+    the higher max rate."""
+    found = [p for p in phases if p.get("max_rate")]
+    if not found:
+        return None
+    best = min(found, key=lambda p: (p.get("replicas", 0), -p["max_rate"]))
+    return str(best["phase"])

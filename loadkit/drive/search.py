@@ -1,0 +1,112 @@
+"""`loadkit capacity`: the conductor, with each phase's steps chosen by the capacity search.
+
+Everything else is the ordinary run: the phase's config overlay is applied and restored the same
+way, each probe is a drained open-loop step with exact accounting, results.json is updated after
+each probe, and Ctrl-C still leaves a report. The time budget is shared out over the phases
+still to search, so a slow first config cannot starve the others.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from loadkit.capacity import Probe, Search, cheapest, phase_summary, verdict
+from loadkit.drive.conductor import Conductor
+from loadkit.plan import Arrivals, PhasePlan, Step
+from loadkit.results import PhaseResult
+from loadkit.scenario import RateLoad, Threshold
+
+PROBE_OVERHEAD_S = 1.5  # drain, snapshots and the report write around each probe
+DEFAULT_CAP = 64  # in flight at most: bounds the client and the server queue at overload
+
+
+@dataclass(frozen=True)
+class CapacitySpec:
+    slo: tuple[Threshold, ...]
+    slo_text: str
+    peak: float | None = None
+    headroom: float = 0.3
+    budget_s: float = 600.0
+    precision: float = 0.05
+    start_rate: float | None = None
+
+
+class CapacityConductor(Conductor):
+    def __init__(self, run: object, spec: CapacitySpec):
+        super().__init__(run)  # type: ignore[arg-type]
+        self.spec = spec
+        self.started = time.monotonic()
+        self.summaries: list[dict[str, object]] = []
+        self.run.result.capacity = self._capacity()
+
+    def _capacity(self) -> dict[str, object]:
+        s = self.spec
+        return {
+            "slo": s.slo_text,
+            "limits": [{"metric": t.metric, "limit": t.limit, "from": t.where} for t in s.slo],
+            "peak": s.peak,
+            "headroom": s.headroom,
+            "budget_s": s.budget_s,
+            "precision": s.precision,
+            "phases": self.summaries,
+            "cheapest": cheapest(self.summaries),  # type: ignore[arg-type]
+        }
+
+    def _phase_budget_s(self, phase: PhasePlan) -> float:
+        left = self.spec.budget_s - (time.monotonic() - self.started)
+        phases_left = len(self.run.plan.phases) - phase.index
+        return max(0.0, left / max(1, phases_left))
+
+    def _walk_phase(self, phase: PhasePlan, pr: PhaseResult) -> None:
+        load = self.run.scenario.phases[phase.index].load
+        first = phase.steps[0]
+        template = first.arrivals or Arrivals(rate=1.0, max_concurrency=DEFAULT_CAP)
+        if not template.max_concurrency:
+            template = Arrivals(template.rate, template.arrival, template.seed, DEFAULT_CAP,
+                                template.late_tolerance_s)
+        start = self.spec.start_rate or (load.levels[0] if isinstance(load, RateLoad) else 100.0)
+        search = Search(start=float(start), precision=self.spec.precision)
+        deadline = time.monotonic() + self._phase_budget_s(phase)
+        cost = first.warmup_s + first.duration_s + PROBE_OVERHEAD_S
+        mix = self.run.scenario.mix
+        batch = sum(mix[n] * b for n, b in self.run.batch_sizes.items()) / sum(mix.values())
+        while (nxt := search.next_rate()) is not None:
+            if self.aborted:
+                search.stopped = "aborted"
+                break
+            if time.monotonic() + cost > deadline:
+                search.stopped = "budget"
+                break
+            rate, kind = nxt
+            step = Step(phase.index, phase.name, len(pr.steps), 1, first.warmup_s,
+                        first.duration_s,
+                        Arrivals(rate, template.arrival, template.seed + len(pr.steps),
+                                 template.max_concurrency, template.late_tolerance_s))
+            self._run_step(step, pr)
+            result = pr.steps[-1].to_json()
+            passed, broken = verdict(self.spec.slo, result)
+            ol = result.get("open_loop", {})
+            search.record(Probe(rate, kind, passed, broken, step.index, result["latency_us"],
+                                ol.get("achieved_rate", 0.0), bool(ol.get("generator_limited"))))
+            self._summarize(phase, search, pr, batch)
+            self.run.save()
+        if self.aborted:
+            pr.status = "partial"
+        self._summarize(phase, search, pr, batch)
+
+    def _summarize(self, phase: PhasePlan, search: Search, pr: PhaseResult,
+                   batch: float) -> None:
+        if search.best is None:
+            status, reason = "not_found", (
+                "no rate held the SLO" + (f" (stopped: {search.stopped})" if search.stopped
+                                          else ""))
+        elif search.confirmed:
+            status, reason = "found", ""
+        else:
+            status, reason = "approximate", f"stopped before confirming: {search.stopped}"
+        summary = phase_summary(phase.name, search, status, reason, self.spec.peak,
+                                self.spec.headroom, batch)
+        self.summaries[:] = [s for s in self.summaries if s["phase"] != phase.name]
+        self.summaries.append(summary)
+        self.run.result.capacity = self._capacity()

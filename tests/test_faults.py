@@ -1,0 +1,151 @@
+"""Faults during a run, against a real embedded Triton of the test's own: the server killed mid-
+step (on_server_loss abort and wait, with a restart) and stalled with SIGSTOP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import ROOT, results, write
+
+from loadkit.drive.workers import free_port
+from loadkit.server import EmbeddedServer
+
+SCENARIO = """
+name: faults
+target:
+  grpc: {address}
+  timeout: {timeout}
+  on_server_loss: {policy}
+  server_loss_wait: {wait}
+requests:
+  dense_b1:
+    model: dense
+    batch_size: 1
+    inputs:
+      INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 3}}
+phases:
+  - name: only
+    load: {{concurrency: [2, 2, 2], step_duration: {dur}, warmup: 0.5s}}
+"""
+
+
+def _server(tmp: Path, ports: tuple[int, int, int] | None = None) -> EmbeddedServer:
+    g, h, m = ports or (free_port(), free_port(), free_port())
+    return EmbeddedServer(models=("dense",), grpc_port=g, http_port=h, metrics_port=m,
+                          log_path=tmp / f"triton-{time.monotonic_ns()}.log").start()
+
+
+def _run(scen: Path, out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "loadkit", "run", str(scen), "--out", str(out), "--quiet"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _wait_steps(out: Path, n: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if (out / "results.json").exists():
+            phases = results(out)["phases"]
+            if phases and len(phases[0]["steps"]) >= n:
+                return
+        time.sleep(0.1)
+    raise AssertionError(f"{n} steps not on disk within {timeout_s} s")
+
+
+def _kill(server: EmbeddedServer) -> None:
+    assert server.process is not None
+    os.killpg(server.process.pid, signal.SIGKILL)
+    server.process.wait(10)
+
+
+@pytest.mark.parametrize("policy", ["abort", "wait"])
+def test_server_killed_mid_step(tmp_path, policy) -> None:
+    server = _server(tmp_path)
+    ports = (server.grpc_port, server.http_port, server.metrics_port)
+    scen = write(tmp_path / "s.yaml", SCENARIO.format(
+        address=server.grpc_address, timeout="2s", policy=policy,
+        wait="2s" if policy == "abort" else "60s", dur="3s"))
+    out = tmp_path / "r"
+    proc = _run(scen, out)
+    restarted: list[EmbeddedServer] = []
+    try:
+        _wait_steps(out, 1)
+        time.sleep(1.0)  # a second into step 2
+        _kill(server)
+        if policy == "wait":
+            time.sleep(3)
+            restarted.append(_server(tmp_path, ports))
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.stop()
+        for s in restarted:
+            s.stop()
+    data = results(out)
+    steps = data["phases"][0]["steps"]
+    events = {e["event"]: e for e in data["events"]}
+    assert steps[0]["status"] == "ok" and steps[0]["server"]["dense"]["success"] == steps[0][
+        "requests"]
+    hit = steps[1]
+    assert hit["status"] == "partial"
+    assert hit["duration_s"] < 3.0  # the step stopped when the server went, not at its end
+    assert hit["errors"] and set(hit["errors"]) <= {"UNAVAILABLE", "CANCELLED", "INTERNAL"}, hit
+    assert events["server_lost"]["step"] == "only/1"
+    if policy == "abort":
+        assert proc.returncode == 1, stderr
+        assert data["status"] == "aborted" and "server lost" in data["reason"]
+        assert len(steps) == 2
+        assert "server_back" not in events
+    else:
+        assert proc.returncode == 0, stderr
+        assert data["status"] == "complete"
+        assert events["server_back"]["after_s"] > 2
+        assert events["model_reloaded"]["model"] == "dense"
+        last = steps[2]  # on the restarted server, counted exactly again
+        assert last["status"] == "ok" and last["requests"] > 0 and not last["errors"]
+        assert last["server"]["dense"]["success"] == last["requests"]
+    assert "Traceback" not in stderr
+
+
+def test_server_stalled_with_sigstop_counts_timeouts(tmp_path) -> None:
+    server = _server(tmp_path)
+    scen = write(tmp_path / "s.yaml", SCENARIO.format(
+        address=server.grpc_address, timeout="500ms", policy="abort", wait="10s", dur="4s"))
+    out = tmp_path / "r"
+    proc = _run(scen, out)
+    try:
+        _wait_steps(out, 1)
+        time.sleep(0.8)
+        assert server.process is not None
+        os.killpg(server.process.pid, signal.SIGSTOP)
+        resume = threading.Timer(2.0, os.killpg, (server.process.pid, signal.SIGCONT))
+        resume.start()
+        stdout, stderr = proc.communicate(timeout=120)
+        resume.join()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        server.stop()
+    assert proc.returncode == 0, stderr
+    data = results(out)
+    assert data["status"] == "complete"  # a stall is not a lost server
+    stalled = data["phases"][0]["steps"][1]
+    # both users' requests in flight at the stall ran into the 500 ms deadline
+    assert stalled["errors"].get("DEADLINE_EXCEEDED", 0) >= 2, stalled["errors"]
+    # the rest stays honest: nothing that succeeded took longer than the deadline
+    assert stalled["latency_us"]["max"] <= 600_000
+    # and what the server finished for requests the client gave up on is the difference
+    assert stalled["server"]["dense"]["success"] >= stalled["requests"]
+    after = data["phases"][0]["steps"][2]
+    assert after["status"] == "ok" and not after["errors"]
+    assert after["server"]["dense"]["success"] == after["requests"]
