@@ -168,6 +168,7 @@ def _capacity_spec(args: argparse.Namespace) -> Any:
         budget_s=args.budget,
         precision=args.precision,
         start_rate=parse_rate(args.start_rate, "--start-rate") if args.start_rate else None,
+        max_rate=parse_rate(args.max_rate, "--max-rate") if args.max_rate else None,
     )
 
 
@@ -417,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds of search for all phases together (default 600)")
     k.add_argument("--precision", type=float, default=0.05,
                    help="stop bisecting when the bracket is this tight (default 0.05 = 5%%)")
+    k.add_argument("--max-rate", help="never try more than this rate (default: no ceiling)")
     k.add_argument("--start-rate", help="first rate to try (default: the phase's first rate, "
                                         "or 100/s)")
     k.set_defaults(func=cmd_run)

@@ -18,6 +18,7 @@ from loadkit.results import PhaseResult
 from loadkit.scenario import RateLoad, Threshold
 
 PROBE_OVERHEAD_S = 1.5  # drain, snapshots and the report write around each probe
+CONFIRM_FACTOR = 2
 DEFAULT_CAP = 64  # in flight at most: bounds the client and the server queue at overload
 
 
@@ -30,6 +31,7 @@ class CapacitySpec:
     budget_s: float = 600.0
     precision: float = 0.05
     start_rate: float | None = None
+    max_rate: float | None = None
 
 
 class CapacityConductor(Conductor):
@@ -66,7 +68,8 @@ class CapacityConductor(Conductor):
             template = Arrivals(template.rate, template.arrival, template.seed, DEFAULT_CAP,
                                 template.late_tolerance_s)
         start = self.spec.start_rate or (load.levels[0] if isinstance(load, RateLoad) else 100.0)
-        search = Search(start=float(start), precision=self.spec.precision)
+        search = Search(start=float(start), precision=self.spec.precision,
+                        max_rate=self.spec.max_rate or Search.max_rate)
         deadline = time.monotonic() + self._phase_budget_s(phase)
         cost = first.warmup_s + first.duration_s + PROBE_OVERHEAD_S
         mix = self.run.scenario.mix
@@ -79,8 +82,12 @@ class CapacityConductor(Conductor):
                 search.stopped = "budget"
                 break
             rate, kind = nxt
-            step = Step(phase.index, phase.name, len(pr.steps), 1, first.warmup_s,
-                        first.duration_s,
+            # a confirmation measures twice as long: the answer must hold, not just once pass
+            duration = first.duration_s * (CONFIRM_FACTOR if kind == "confirm" else 1)
+            if time.monotonic() + cost + duration - first.duration_s > deadline:
+                search.stopped = "budget"
+                break
+            step = Step(phase.index, phase.name, len(pr.steps), 1, first.warmup_s, duration,
                         Arrivals(rate, template.arrival, template.seed + len(pr.steps),
                                  template.max_concurrency, template.late_tolerance_s))
             self._run_step(step, pr)

@@ -1,0 +1,149 @@
+"""Capacity planning: the search's pure parts, then real searches on the embedded Triton."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from conftest import loadkit, results, write
+
+from loadkit.capacity import (
+    CapacityInputError,
+    Probe,
+    Search,
+    parse_rate,
+    parse_slo,
+    replicas,
+    verdict,
+)
+
+
+def test_parse_slo_reads_terms_and_adds_default_limits() -> None:
+    slo = {t.metric: t.limit for t in parse_slo("p99<50ms, p50<=800us")}
+    assert slo == {"p99": 50_000, "p50": 800, "error_rate": 0.01, "max_dropped": 0.01}
+    assert {t.metric: t.limit for t in parse_slo("p99.9<1s,error_rate<0.5%")}["error_rate"] == 0.005
+
+
+@pytest.mark.parametrize("text", ["p99>50ms", "p99<50", "error_rate<1%", "p42<1ms", ""])
+def test_parse_slo_refuses_what_it_cannot_read(text) -> None:
+    with pytest.raises(CapacityInputError, match="--slo"):
+        parse_slo(text)
+
+
+def test_parse_rate_and_replicas() -> None:
+    assert parse_rate("3000/s", "--peak") == 3000 and parse_rate("12.5", "--peak") == 12.5
+    with pytest.raises(CapacityInputError, match="--peak"):
+        parse_rate("fast", "--peak")
+    # 3000/s at 30% headroom on replicas of 1000/s: each may run at 700/s -> 5 replicas
+    assert replicas(3000, 1000, 0.3) == 5 and replicas(700, 1000, 0.3) == 1
+
+
+def _drive(search: Search, capacity: float) -> list[tuple[float, str]]:
+    """Answer the search with a server whose SLO breaks above `capacity`."""
+    asked = []
+    while (nxt := search.next_rate()) is not None:
+        rate, kind = nxt
+        asked.append((rate, kind))
+        search.record(Probe(rate, kind, rate <= capacity, [], len(asked), {}, rate, False))
+        assert len(asked) < 40
+    return asked
+
+
+def test_search_brackets_bisects_and_confirms() -> None:
+    s = Search(start=100, precision=0.05)
+    asked = _drive(s, capacity=730)
+    assert [r for r, _ in asked[:5]] == [100, 200, 400, 800, 600]  # doubling, then bisecting
+    assert asked[-1] == (s.lo, "confirm") and s.confirmed
+    assert 730 / 1.05 <= s.lo <= 730 and s.hi is not None and (s.hi - s.lo) / s.lo <= 0.05
+
+
+def test_search_halves_down_when_the_start_is_too_high_and_stops_at_the_floor() -> None:
+    s = Search(start=1000, precision=0.1)
+    _drive(s, capacity=90)
+    assert s.confirmed and 90 / 1.1 <= s.lo <= 90
+    never = Search(start=10, min_rate=1)
+    _drive(never, capacity=0)
+    assert never.lo is None and never.stopped == "floor"
+
+
+def test_a_failed_confirmation_moves_the_answer_down() -> None:
+    s = Search(start=100, precision=0.1)
+    flaky = {"done": False}
+    while (nxt := s.next_rate()) is not None:
+        rate, kind = nxt
+        ok = rate <= 500
+        if kind == "confirm" and not flaky["done"]:
+            ok, flaky["done"] = False, True  # the first repeat breaks
+        s.record(Probe(rate, kind, ok, [], 0, {}, rate, False))
+    assert s.confirmed and s.lo is not None and s.lo < 500
+
+
+def test_verdict_names_what_broke() -> None:
+    slo = parse_slo("p99<10ms")
+    step = {"status": "ok", "requests": 100, "errors": {"UNAVAILABLE": 5}, "client": {},
+            "throughput": 10.0, "latency_us": {"p99": 12_000.0},
+            "open_loop": {"dropped_ratio": 0.0}}
+    ok, broken = verdict(slo, step)
+    assert not ok and broken == ["p99 12.000 ms", "error_rate 4.76%"]
+
+
+CAPACITY = """
+name: cap
+requests:
+  dense_b1:
+    model: dense
+    batch_size: 1
+    inputs:
+      INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 7}}
+phases:
+  - name: baseline
+    load: {{rate: {rate}, arrival: poisson, max_concurrency: 64, step_duration: {dur},
+            warmup: 0.5s}}
+"""
+SLO = "p99<20ms"
+
+
+def _search(triton, tmp_path, name: str) -> dict:
+    scen = write(tmp_path / f"{name}.yaml", CAPACITY.format(rate=400, dur="3s"))
+    out = tmp_path / name
+    proc = loadkit("capacity", str(scen), "--slo", SLO, "--peak", "5000/s", "--precision",
+                   "0.1", "--budget", "120", "--target", triton.grpc_address, "--out", str(out),
+                   "--quiet", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = results(out)
+    assert data["status"] == "complete"
+    assert (out / "capacity_search.png").stat().st_size > 10_000
+    assert "Capacity at SLO p99<20ms" in (out / "summary.md").read_text()
+    assert "Capacity at SLO" in (out / "report.html").read_text()
+    assert "Capacity at SLO" in (out / "comparison.md").read_text()
+    return data
+
+
+def test_capacity_search_is_stable_and_its_answer_holds_as_a_fixed_rate(triton, tmp_path):
+    first, second = _search(triton, tmp_path, "a"), _search(triton, tmp_path, "b")
+    answers = []
+    for data in (first, second):
+        (phase,) = data["capacity"]["phases"]
+        assert phase["status"] == "found" and phase["confirmed"], phase
+        kinds = {p["kind"] for p in phase["points"]}
+        assert kinds >= {"bracket", "confirm"}
+        # every probe is an ordinary measured step with exact accounting
+        steps = data["phases"][0]["steps"]
+        assert len(steps) == len(phase["points"])
+        for probe, step in zip(phase["points"], steps, strict=True):
+            assert step["load"]["rate"] == probe["rate"]
+            assert step["server"]["dense"]["success"] == step["requests"]
+        assert phase["replicas"] == math.ceil(5000 / (phase["max_rate"] * 0.7) - 1e-9)
+        assert data["capacity"]["cheapest"] == "baseline"
+        answers.append(phase["max_rate"])
+    lo, hi = sorted(answers)
+    assert hi / lo <= 1.2, answers  # two searches agree within 20%
+    # the reported max rate, run again as an ordinary fixed-rate phase, holds the SLO
+    scen = write(tmp_path / "fixed.yaml", CAPACITY.format(rate=lo, dur="4s"))
+    out = tmp_path / "fixed"
+    proc = loadkit("run", str(scen), "--target", triton.grpc_address, "--out", str(out),
+                   "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    step = results(out)["phases"][0]["steps"][0]
+    ok, broken = verdict(parse_slo(SLO), step)
+    assert ok, (lo, broken)
