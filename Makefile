@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup demo test lint bench soak clean models browser
+.PHONY: setup demo test lint bench bench-scaling soak clean models browser
 
 setup: $(STAMP)
 
@@ -37,6 +37,10 @@ test: setup lint browser
 bench: setup
 	bash bench/setup_perf_analyzer.sh
 	$(BIN)/python bench/run.py
+
+# 1 vs N worker processes (Locust master + workers): throughput, CPU per request, rate split.
+bench-scaling: setup
+	$(BIN)/python bench/scaling.py
 
 soak: setup
 	$(BIN)/python -m pytest -q -m soak -p no:cacheprovider

@@ -127,8 +127,11 @@ def test_server_stalled_with_sigstop_counts_timeouts(tmp_path) -> None:
         _wait_steps(out, 1)
         time.sleep(0.8)
         assert server.process is not None
-        os.killpg(server.process.pid, signal.SIGSTOP)
-        resume = threading.Timer(2.0, os.killpg, (server.process.pid, signal.SIGCONT))
+        # the server process only: stopping its python-backend stubs too makes Triton 2.51
+        # abort on resume (boost::interprocess::lock_exception), which loadkit then reports as
+        # a lost server
+        os.kill(server.process.pid, signal.SIGSTOP)
+        resume = threading.Timer(2.0, os.kill, (server.process.pid, signal.SIGCONT))
         resume.start()
         stdout, stderr = proc.communicate(timeout=120)
         resume.join()
