@@ -404,10 +404,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     v.set_defaults(func=cmd_validate)
     r = sub.add_parser("run", help="run a scenario headless and write a report")
+    _run_options(r)
+    r.set_defaults(func=cmd_run)
     k = sub.add_parser(
         "capacity",
         help="find each config phase's highest arrival rate within an SLO, and replicas for a peak",
     )
+    _capacity_options(k)
+    _run_options(k)
+    k.set_defaults(func=cmd_run)
+    _other_commands(sub)
+    return parser
+
+
+def _capacity_options(k: argparse.ArgumentParser) -> None:
     k.add_argument("--slo", required=True,
                    help="e.g. 'p99<50ms' or 'p99<50ms,p50<10ms,error_rate<0.5%%' "
                         "(error rate and dropped ratio default to 1%%)")
@@ -421,11 +431,6 @@ def build_parser() -> argparse.ArgumentParser:
     k.add_argument("--max-rate", help="never try more than this rate (default: no ceiling)")
     k.add_argument("--start-rate", help="first rate to try (default: the phase's first rate, "
                                         "or 100/s)")
-    k.set_defaults(func=cmd_run)
-    for cmd in (r, k):
-        _run_options(cmd)
-    r.set_defaults(func=cmd_run)
-    return _more_commands(parser, sub)
 
 
 def _run_options(r: argparse.ArgumentParser) -> None:
@@ -457,7 +462,7 @@ def _run_options(r: argparse.ArgumentParser) -> None:
                    help="seconds to wait for the workers to connect (default 120)")
 
 
-def _more_commands(parser: argparse.ArgumentParser, sub: Any) -> argparse.ArgumentParser:
+def _other_commands(sub: Any) -> None:
     w = sub.add_parser("worker", help="send a master's load: a Locust worker for `run --master`")
     w.add_argument("scenario", help="the same scenario file the master runs")
     w.add_argument("--master-host", default="127.0.0.1")
@@ -502,7 +507,6 @@ def _more_commands(parser: argparse.ArgumentParser, sub: Any) -> argparse.Argume
     s.add_argument("--metrics-port", type=int, default=8002)
     s.add_argument("--log", help="server log file (default: a temp folder)")
     s.set_defaults(func=cmd_serve)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

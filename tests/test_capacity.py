@@ -160,3 +160,13 @@ def test_capacity_search_is_stable_and_its_answer_holds_as_a_fixed_rate(triton, 
     step = results(out)["phases"][0]["steps"][0]
     ok, broken = verdict(parse_slo(SLO), step)
     assert ok, (lo, broken)
+
+
+@pytest.mark.parametrize(("flags", "message"), [
+    (["--slo", "p99>5"], "--slo: cannot read 'p99>5'"),
+    (["--slo", "p99<5ms", "--headroom", "1.5"], "--headroom: expected a fraction in [0, 1)"),
+    (["--slo", "p99<5ms", "--peak", "lots"], "--peak: expected a rate above 0"),
+])
+def test_bad_capacity_flags_exit_2_before_any_load(flags, message) -> None:
+    proc = loadkit("capacity", "scenarios/capacity.yaml", *flags, "--target", "127.0.0.1:1")
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
