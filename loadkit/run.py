@@ -48,7 +48,9 @@ class Run:
             else DriveContext(scenario, self.plan, address, seed)
         )
         self.batch_sizes = {n: scenario.requests[n].batch_size for n in scenario.mix}
-        self.controller = Controller(control, scenario.models, self.result.events)
+        self.controller = Controller(
+            control, scenario.models, self.result.events, scenario.target.reload_timeout_s
+        )
         self.conductor = Conductor(self)
         self.environment: Any = None
         self.last_report: dict[str, Any] = {}

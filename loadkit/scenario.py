@@ -95,6 +95,7 @@ class TargetSpec:
     # with "wait", wait longer (server_loss_wait_s) and go on with the next step.
     on_server_loss: str = "abort"
     server_loss_wait_s: float = 10.0
+    reload_timeout_s: float = 120.0  # a config swap slower than this fails its phase
 
 
 @dataclass(frozen=True)
@@ -493,7 +494,7 @@ def _target(ck: _Checker, raw: Any) -> TargetSpec:
     path: KeyPath = ("target",)
     m = ck.mapping(
         raw, path, ("grpc", "tls", "headers", "timeout", "metrics", "transport",
-                    "on_server_loss", "server_loss_wait"),
+                    "on_server_loss", "server_loss_wait", "reload_timeout"),
     )
     if m is None:
         return TargetSpec()
@@ -557,9 +558,12 @@ def _target(ck: _Checker, raw: Any) -> TargetSpec:
     wait_s = SERVER_LOSS_WAIT_S[policy]
     if "server_loss_wait" in m:
         wait_s = ck.duration(m["server_loss_wait"], (*path, "server_loss_wait"), False) or wait_s
+    reload_s = 120.0
+    if "reload_timeout" in m:
+        reload_s = ck.duration(m["reload_timeout"], (*path, "reload_timeout"), False) or reload_s
     return TargetSpec(
         grpc_addr, tls, tuple(headers), timeout or 10.0, tuple(ck.secrets), metrics, transport,
-        policy, wait_s,
+        policy, wait_s, reload_s,
     )
 
 

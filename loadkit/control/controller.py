@@ -21,6 +21,11 @@ from loadkit.results import PhaseResult
 
 READY_TIMEOUT_S = 120.0
 RECOVER_S = 60.0  # how long a server that came back may take to accept its models again
+RESTORE_TIMEOUT_S = 600.0  # putting the last good config back outlasts a slow load
+
+
+class ReloadTimeout(ControlError):
+    """A config load that did not finish within target.reload_timeout."""
 
 
 @dataclass(frozen=True)
@@ -44,9 +49,11 @@ def _explain(message: str) -> str:
 
 class Controller:
     def __init__(
-        self, control: ServerControl, models: tuple[str, ...], events: list[dict[str, Any]]
+        self, control: ServerControl, models: tuple[str, ...], events: list[dict[str, Any]],
+        reload_timeout_s: float = READY_TIMEOUT_S,
     ):
         self.control = control
+        self.reload_timeout_s = reload_timeout_s
         self.models = models
         self.original: dict[str, dict[str, Any]] = {}
         self.applied: dict[str, dict[str, Any]] = {}
@@ -67,18 +74,21 @@ class Controller:
             self.original[model] = self.control.config(model)
         return self.original[model]
 
-    def _load(self, model: str, config: dict[str, Any]) -> float:
+    def _load(self, model: str, config: dict[str, Any], timeout_s: float | None = None) -> float:
+        timeout_s = timeout_s or self.reload_timeout_s
         t0 = time.monotonic()
         try:
-            self.control.load(model, config)
+            self.control.load(model, config, timeout_s)
         except ControlError as exc:
+            if time.monotonic() - t0 >= timeout_s * 0.99:
+                raise ReloadTimeout(
+                    f"model '{model}' did not load within {timeout_s:g} s (target.reload_timeout)"
+                ) from None
             raise ControlError(_explain(str(exc))) from None
-        deadline = time.monotonic() + READY_TIMEOUT_S
+        deadline = time.monotonic() + timeout_s
         while not self.control.model_ready(model):
             if time.monotonic() > deadline:
-                raise ControlError(
-                    f"model '{model}' was not ready {READY_TIMEOUT_S:.0f} s after load"
-                )
+                raise ReloadTimeout(f"model '{model}' was not ready {timeout_s:g} s after load")
             time.sleep(0.05)
         return round(time.monotonic() - t0, 3)
 
@@ -114,17 +124,26 @@ class Controller:
             try:
                 result.reload_s[model] = self._load(model, desired)
             except ControlError as exc:
+                timed_out = isinstance(exc, ReloadTimeout)
                 result.status, result.reason = "failed", f"{model}: {exc}"
                 self.events.append(
                     {
                         "at": _now(),
-                        "event": "config_rejected",
+                        "event": "config_timeout" if timed_out else "config_rejected",
                         "phase": phase.name,
                         "model": model,
                         "detail": str(exc),
                     }
                 )
-                # Triton keeps the last good config loaded, which is what `applied` records.
+                # A refused config leaves Triton on the last good one, which is what `applied`
+                # records. A timed-out load goes on in the server and would win when it ends:
+                # load the last good config again (Triton runs it after the slow one).
+                if timed_out:
+                    self._load(model, merge(self._original(model), self.applied.get(model, {})),
+                               RESTORE_TIMEOUT_S)
+                    self.events.append({"at": _now(), "event": "config_restored",
+                                        "model": model, "phase": phase.name})
+                    result.reason += "; back on its last good config"
                 return
             self.applied[model] = overlay
             self.events.append(

@@ -191,11 +191,12 @@ class ServerControl:
             out[name] = _counters(stats.get("model_stats", []))
         return out
 
-    def load(self, name: str, config: dict[str, Any] | None = None) -> None:
+    def load(self, name: str, config: dict[str, Any] | None = None,
+             timeout_s: float = 300.0) -> None:
         req = service_pb2.RepositoryModelLoadRequest(model_name=name)
         if config is not None:
             req.parameters["config"].string_param = json.dumps(config)
-        self._call("RepositoryModelLoad", req, 300)
+        self._call("RepositoryModelLoad", req, timeout_s)
 
     def unload(self, name: str) -> None:
         self._call(

@@ -28,6 +28,8 @@ class TritonPythonModel:
         self.stall_s = float(params.get("stall_ms", "0")) / 1000.0
         self.device_s = float(params.get("device_us", "0")) / 1e6
         self.next_stall = time.monotonic() + self.stall_every_s
+        # a slow load (as a TensorRT engine build is); the reload-timeout test sets it
+        time.sleep(float(params.get("init_delay_s", "0")))
         pb_utils.Logger.log_info(f"dense: numpy {np.__version__} from {np.__file__}")
 
     def execute(self, requests):
