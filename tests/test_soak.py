@@ -14,6 +14,7 @@ STEPS = 20
 
 
 @pytest.mark.soak
+@pytest.mark.timeout(SOAK_S * 2 + 300)
 def test_soak_memory_flat_and_accounting_exact(triton, tmp_path) -> None:
     step_s = SOAK_S / STEPS
     scen = write(tmp_path / "soak.yaml", f"""
