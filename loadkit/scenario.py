@@ -282,6 +282,17 @@ class _Checker:
                 self.add(path, f"missing required key '{key}'")
         return value
 
+    def choice(self, m: dict[str, Any], key: str, path: KeyPath, options: tuple[str, ...],
+               default: str) -> str:
+        """m[key] when it is one of `options` (default when absent); else a problem and the
+        default."""
+        if key not in m:
+            return default
+        if m[key] in options:
+            return str(m[key])
+        self.add((*path, key), f"expected one of {', '.join(options)}; found {_found(m[key])}")
+        return default
+
     def string(self, value: Any, path: KeyPath, what: str = "a string") -> str | None:
         if not isinstance(value, str) or not value.strip():
             self.add(path, f"expected {what}; found {_found(value)}")
@@ -538,23 +549,8 @@ def _target(ck: _Checker, raw: Any) -> TargetSpec:
                 f"expected a URL such as http://127.0.0.1:8002/metrics; found {metrics!r}",
             )
             metrics = None
-    transport = "stream"
-    if "transport" in m:
-        found = m["transport"]
-        if found in TRANSPORTS:
-            transport = found
-        else:
-            ck.add(
-                (*path, "transport"),
-                f"expected one of {', '.join(TRANSPORTS)}; found {_found(found)}",
-            )
-    policy = "abort"
-    if "on_server_loss" in m:
-        if m["on_server_loss"] in SERVER_LOSS_POLICIES:
-            policy = m["on_server_loss"]
-        else:
-            ck.add((*path, "on_server_loss"), f"expected one of {', '.join(SERVER_LOSS_POLICIES)}"
-                   f"; found {_found(m['on_server_loss'])}")
+    transport = ck.choice(m, "transport", path, TRANSPORTS, "stream")
+    policy = ck.choice(m, "on_server_loss", path, SERVER_LOSS_POLICIES, "abort")
     wait_s = SERVER_LOSS_WAIT_S[policy]
     if "server_loss_wait" in m:
         wait_s = ck.duration(m["server_loss_wait"], (*path, "server_loss_wait"), False) or wait_s
@@ -597,11 +593,7 @@ def _load(ck: _Checker, raw: Any, path: KeyPath) -> ConcurrencyLoad | RateLoad |
     rates, err = parse_rate_ramp(m["rate"])
     if err:
         ck.add((*path, "rate"), err)
-    arrival = m.get("arrival", "constant")
-    if arrival not in ARRIVALS:
-        ck.add(
-            (*path, "arrival"), f"expected one of {', '.join(ARRIVALS)}; found {_found(arrival)}"
-        )
+    arrival = ck.choice(m, "arrival", path, ARRIVALS, "constant")
     seed = m.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         ck.add((*path, "seed"), f"expected a non-negative integer; found {_found(seed)}")
