@@ -1,8 +1,11 @@
 """`make bench`: loadkit and perf_analyzer side by side on the same embedded Triton.
 
-For each concurrency level, A B pairs (loadkit, then perf_analyzer) against the dense model; for
-each run: throughput, client CPU µs per inference, p50 and p99. Client CPU is the generator's
-user+sys time over its measurement divided by what the server says it served:
+For each concurrency level, A B pairs (loadkit, then perf_analyzer) against the dense model, both
+on the same gRPC method (loadkit's default stream transport against `perf_analyzer --streaming`,
+`--transport unary` against its default): the server then does the same work for both, and
+latencies mean the same thing. For each run: throughput, client CPU µs per inference, p50, p99.
+Client CPU is the generator's user+sys time over its measurement divided by what the server
+says it served:
 - loadkit: its own per-step `generator.cpu_s` (measured window only) over the step's server
   success delta;
 - perf_analyzer: the whole process's rusage (startup and its stabilization windows included,
@@ -30,7 +33,7 @@ TOOLS = ROOT / "bench" / ".tools"
 PERF_ANALYZER = TOOLS / "perf_analyzer"
 
 SCENARIO = """
-name: bench-c{c}
+name: bench
 target: {{transport: {transport}}}
 requests:
   dense_b1:
@@ -38,16 +41,36 @@ requests:
     inputs: {{INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 1}}}}
 phases:
   - name: bench
-    load: {{concurrency: {c}, step_duration: {seconds}s, warmup: 2s}}
+    load: {{{load}, step_duration: {seconds}s, warmup: 2s}}
 """
 
 
+def is_rate(level: str) -> bool:
+    """Levels are concurrencies ("8") or, for the open loop, constant arrival rates ("2000/s")."""
+    return level.endswith("/s")
+
+
+def loadkit_load(level: str) -> str:
+    if is_rate(level):
+        return f"rate: {level[:-2]}, arrival: constant"
+    return f"concurrency: {level}"
+
+
+def perf_analyzer_load(level: str) -> list[str]:
+    if is_rate(level):
+        r = level[:-2]
+        return ["--request-rate-range", f"{r}:{r}", "--request-distribution", "constant"]
+    return ["--concurrency-range", f"{level}:{level}"]
+
+
 def run_loadkit(
-    address: str, c: int, seconds: float, work: Path, transport: str
+    address: str, level: str, seconds: float, work: Path, transport: str
 ) -> dict[str, Any]:
-    scen = work / f"c{c}.yaml"
-    scen.write_text(SCENARIO.format(c=c, seconds=seconds, transport=transport))
-    out = work / f"lk-c{c}-{time.monotonic_ns()}"
+    scen = work / "loadkit.yaml"
+    scen.write_text(
+        SCENARIO.format(load=loadkit_load(level), seconds=seconds, transport=transport)
+    )
+    out = work / f"lk-{time.monotonic_ns()}"
     proc = subprocess.run(
         [sys.executable, "-m", "loadkit", "run", str(scen), "--target", address,
          "--out", str(out), "--quiet"],
@@ -68,26 +91,29 @@ def run_loadkit(
     }
 
 
-def run_perf_analyzer(address: str, c: int, seconds: float, work: Path, control: Any) -> dict:
+def run_perf_analyzer(
+    address: str, level: str, seconds: float, work: Path, control: Any, streaming: bool
+) -> dict:
     """One perf_analyzer run; a run that cannot stabilize is retried once with a looser bound."""
     for stability in (25, 50):
-        result = _perf_analyzer_once(address, c, seconds, work, control, stability)
+        result = _perf_analyzer_once(address, level, seconds, work, control, stability, streaming)
         if result is not None:
             return result
-    raise SystemExit(f"perf_analyzer could not stabilize at concurrency {c}")
+    raise SystemExit(f"perf_analyzer could not stabilize at {level}")
 
 
 def _perf_analyzer_once(
-    address: str, c: int, seconds: float, work: Path, control: Any, stability: int
+    address: str, level: str, seconds: float, work: Path, control: Any, stability: int,
+    streaming: bool,
 ) -> dict | None:
-    csv_path = work / f"pa-c{c}-{time.monotonic_ns()}.csv"
+    csv_path = work / f"pa-{time.monotonic_ns()}.csv"
     env = {**os.environ, "LD_LIBRARY_PATH": str(TOOLS / "lib")}
     before = control.counters(("dense",))["dense"].success
     proc = subprocess.Popen(
         [str(PERF_ANALYZER), "-m", "dense", "-i", "grpc", "-u", address,
-         "--concurrency-range", f"{c}:{c}", "--measurement-interval", str(int(seconds * 1000)),
+         *perf_analyzer_load(level), "--measurement-interval", str(int(seconds * 1000)),
          "--max-trials", "10", "--stability-percentage", str(stability), "--shape", "INPUT0:256",
-         "-f", str(csv_path)],
+         "-f", str(csv_path), *(["--streaming"] if streaming else [])],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
     _, status, usage = os.wait4(proc.pid, 0)
@@ -95,7 +121,7 @@ def _perf_analyzer_once(
     output = proc.stdout.read() if proc.stdout else ""
     if proc.returncode != 0:
         if "stable measurement" in output:
-            print(f"perf_analyzer unstable at c={c} (stability {stability}%)", file=sys.stderr)
+            print(f"perf_analyzer unstable at {level} (stability {stability}%)", file=sys.stderr)
             return None
         raise SystemExit(f"perf_analyzer failed ({proc.returncode}):\n{output[-2000:]}")
     served = control.counters(("dense",))["dense"].success - before
@@ -129,7 +155,8 @@ def spread(values: list[float]) -> dict[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--levels", default="1,8,32")
+    ap.add_argument("--levels", default="1,8,32", help="concurrencies")
+    ap.add_argument("--rates", default="1000,3000", help="constant arrival rates, /s ('' = none)")
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=5.0, help="measured seconds per run")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
@@ -141,10 +168,13 @@ def main() -> int:
     from loadkit.control.server import ServerControl
     from loadkit.server import EmbeddedServer
 
-    levels = [int(x) for x in args.levels.split(",")]
+    levels = [x for x in args.levels.split(",") if x]
+    levels += [f"{x}/s" for x in args.rates.split(",") if x]
     report: dict[str, Any] = {
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "cpus": os.cpu_count(), "transport": args.transport, "pairs": args.pairs,
+        "cpus": os.cpu_count(), "transport": args.transport,
+        "perf_analyzer_mode": "--streaming" if args.transport == "stream" else "unary",
+        "pairs": args.pairs,
         "seconds": args.seconds, "levels": {},
         "hdr_record_us": hdr_record_cost_us(),
     }
@@ -153,13 +183,18 @@ def main() -> int:
     try:
         with tempfile.TemporaryDirectory() as tmp:
             work = Path(tmp)
-            for c in levels:
+            for level in levels:
                 pairs = []
                 for i in range(args.pairs):
-                    a = run_loadkit(server.grpc_address, c, args.seconds, work, args.transport)
-                    b = run_perf_analyzer(server.grpc_address, c, args.seconds, work, control)
+                    a = run_loadkit(
+                        server.grpc_address, level, args.seconds, work, args.transport
+                    )
+                    b = run_perf_analyzer(
+                        server.grpc_address, level, args.seconds, work, control,
+                        streaming=args.transport == "stream",
+                    )
                     pairs.append({"loadkit": a, "perf_analyzer": b})
-                    print(f"c={c} pair {i + 1}: loadkit {a['infer_s']:.0f}/s "
+                    print(f"{level} pair {i + 1}: loadkit {a['infer_s']:.0f}/s "
                           f"{a['cpu_us_per_inference']} us cpu; perf_analyzer "
                           f"{b['infer_s']:.0f}/s {b['cpu_us_per_inference']} us cpu",
                           file=sys.stderr, flush=True)
@@ -167,7 +202,7 @@ def main() -> int:
                     k: spread([p["loadkit"][k] / p["perf_analyzer"][k] for p in pairs])
                     for k in ("infer_s", "cpu_us_per_inference", "p50_us", "p99_us")
                 }
-                report["levels"][str(c)] = {"pairs": pairs, "ratios": ratios}
+                report["levels"][level] = {"pairs": pairs, "ratios": ratios}
     finally:
         control.close()
         server.stop()
@@ -183,14 +218,16 @@ def main() -> int:
 def table(report: dict[str, Any]) -> str:
     lines = [
         f"HDR record: {report['hdr_record_us']} us/sample. Medians over {report['pairs']} A/B "
-        f"pairs ({report['seconds']:g} s each) on {report['cpus']} CPUs; ratio = loadkit / "
+        f"pairs ({report['seconds']:g} s each) on {report['cpus']} CPUs; loadkit transport "
+        f"{report['transport']}, perf_analyzer {report['perf_analyzer_mode']}; ratio = loadkit / "
         "perf_analyzer as median (min-max).",
         "",
-        "| concurrency | client | infer/s | CPU us/infer | p50 us | p99 us |",
+        "| load | client | infer/s | CPU us/infer | p50 us | p99 us |",
         "|---:|---|---:|---:|---:|---:|",
     ]
     keys = ("infer_s", "cpu_us_per_inference", "p50_us", "p99_us")
-    for c, data in report["levels"].items():
+    for level, data in report["levels"].items():
+        c = level if is_rate(level) else f"c={level}"
         for who in ("perf_analyzer", "loadkit"):
             med = [statistics.median(p[who][k] for p in data["pairs"]) for k in keys]
             lines.append(f"| {c} | {who} | {med[0]:.0f} | {med[1]:.0f} | {med[2]:.0f} | "

@@ -1,6 +1,6 @@
-"""gRPC channels to a target, shared by the drive stage (inferences) and control (admin calls).
+"""gRPC channels to a target for control's admin calls (inferences go over drive/wire.py).
 
-Kept apart from both so that importing control never imports the drive package.
+Kept apart from control's modules so that every admin client gets the same TLS and options.
 """
 
 from __future__ import annotations
@@ -41,10 +41,3 @@ def make_channel(address: str, target: TargetSpec) -> grpc.Channel:
         return grpc.insecure_channel(address, options=OPTIONS)
     return grpc.secure_channel(address, creds, options=OPTIONS)
 
-
-def make_aio_channel(address: str, target: TargetSpec) -> grpc.aio.Channel:
-    """An asyncio channel, for inferences; create it on the loop that will use it."""
-    creds = _credentials(target)
-    if creds is None:
-        return grpc.aio.insecure_channel(address, options=OPTIONS)
-    return grpc.aio.secure_channel(address, creds, options=OPTIONS)

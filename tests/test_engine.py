@@ -1,4 +1,4 @@
-"""The engine (native thread, grpc.aio) against the real embedded Triton, for both transports:
+"""The engine (native thread, gRPC over h2 in wire.py) against the real embedded Triton, for both
 exact accounting, and per-request deadlines that count as errors instead of hanging."""
 
 from __future__ import annotations

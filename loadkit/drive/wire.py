@@ -1,0 +1,353 @@
+"""gRPC for inferences, framed over one HTTP/2 connection (the h2 library) on the engine's loop.
+
+Why not grpc.aio: on the bench its per-request machinery (a call object, a completion-queue
+poller thread and a cross-thread wake-up for every message) cost 150-330 µs of client CPU per
+inference, 2-4x perf_analyzer's, taken from a server that shares the cores. Here a request is
+one prepared gRPC message written as a DATA frame, a burst of responses is one socket read, and
+writes made in one loop iteration leave in one `write`. h2 keeps the HTTP/2 rules (settings,
+flow control, HPACK, pings); this module only maps gRPC onto it:
+- `ModelStreamInfer`: one stream per slot, kept open, one message out and one message back;
+- `ModelInfer`: one stream per request, `grpc-status` read from the trailers.
+Errors carry grpc's status names, as the report counts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import ssl
+import time
+import urllib.parse
+from typing import Any, cast
+
+import grpc
+import h2.config
+import h2.connection
+import h2.errors
+import h2.events
+import h2.exceptions
+import h2.settings
+
+from loadkit.scenario import TargetSpec
+
+STATUS_NAMES = {code.value[0]: code.name for code in grpc.StatusCode}
+WINDOW = 1 << 24  # receive window per stream and for the connection: responses never wait for us
+BACKOFF_S = (0.2, 2.0)  # first and longest wait between connection attempts (as grpc's channel)
+
+
+class InferError(Exception):
+    """A failed inference, with the status name the report counts it under."""
+
+    def __init__(self, code: str, details: str):
+        super().__init__(f"{code}: {details}")
+        self.code = code
+
+
+def frame(message: bytes) -> bytes:
+    """A gRPC length-prefixed message (uncompressed), built once per template."""
+    return b"\x00" + len(message).to_bytes(4, "big") + message
+
+
+class Call:
+    """One HTTP/2 stream: a ModelStreamInfer stream (many messages) or one ModelInfer call.
+
+    A stream's messages are handed out as they arrive; a unary call's one message only once
+    the trailers said OK.
+    """
+
+    __slots__ = ("stream_id", "unary", "buf", "messages", "waiter", "pending", "end_after",
+                 "error", "ended")
+
+    def __init__(self, stream_id: int, unary: bool):
+        self.stream_id = stream_id
+        self.unary = unary
+        self.buf = b""
+        self.messages: collections.deque[bytes] = collections.deque()
+        self.waiter: asyncio.Future[bytes] | None = None
+        self.pending = b""  # bytes the server's flow-control window has no room for yet
+        self.end_after = False  # end the stream once `pending` is sent
+        self.error: InferError | None = None
+        self.ended = False
+
+    def feed(self, data: bytes) -> None:
+        buf = self.buf + data if self.buf else data
+        while len(buf) >= 5:
+            n = int.from_bytes(buf[1:5], "big")
+            if len(buf) < 5 + n:
+                break
+            message = buf[5 : 5 + n]
+            buf = buf[5 + n :]
+            waiter = self.waiter
+            if not self.unary and waiter is not None and not waiter.done():
+                self.waiter = None
+                waiter.set_result(message)
+            else:
+                self.messages.append(message)
+        self.buf = buf
+
+    def end(self, error: InferError | None = None) -> None:
+        """The stream is over (trailers, reset, lost connection): settle the waiter."""
+        if error is not None and self.error is None:
+            self.error = error
+        self.ended = True
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None and not waiter.done():
+            self._settle(waiter)
+
+    def next_message(self) -> asyncio.Future[bytes]:
+        fut: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        if self.ended or (self.messages and not self.unary):
+            self._settle(fut)
+        else:
+            self.waiter = fut
+        return fut
+
+    def _settle(self, fut: asyncio.Future[bytes]) -> None:
+        if self.messages and not (self.unary and self.error):
+            fut.set_result(self.messages.popleft())
+        else:
+            fut.set_exception(self.error or InferError("UNAVAILABLE", "stream ended early"))
+
+
+class _TolerantH2(h2.connection.H2Connection):
+    """Triton 2.51 sends a DEADLINE_EXCEEDED trailers frame again on a stream that has already
+    ended; grpc's own client ignores it, while h2 (by RFC 9113) would end the whole connection
+    and with it every request in flight. A stray frame on any closed stream is treated as one on
+    a reset stream: answered with RST_STREAM and dropped."""
+
+    def _stream_is_closed_by_reset(self, stream_id: int) -> bool:
+        return self._stream_closed_by(stream_id) is not None
+
+
+class Connection(asyncio.Protocol):
+    """One HTTP/2 connection to the target: its h2 state, its streams, coalesced writes."""
+
+    def __init__(self, authority: str, target: TargetSpec):
+        config = h2.config.H2Configuration(
+            client_side=True, header_encoding=None, validate_outbound_headers=False,
+            normalize_outbound_headers=False,
+        )
+        self.h2 = _TolerantH2(config)
+        self.h2.local_settings = h2.settings.Settings(
+            client=True, initial_values={h2.settings.SettingCodes.INITIAL_WINDOW_SIZE: WINDOW}
+        )
+        base = [
+            (b":method", b"POST"), (b":scheme", b"https" if target.tls else b"http"),
+            (b":authority", authority.encode()),
+            (b"content-type", b"application/grpc"), (b"te", b"trailers"),
+            (b"user-agent", b"loadkit"),
+            *[(k.encode(), v.encode()) for k, v in target.headers],
+        ]
+        self.base_headers = base
+        self.unary_extra = [(b"grpc-timeout", f"{max(1, int(target.timeout_s * 1000))}m".encode())]
+        self.calls: dict[int, Call] = {}
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self._flush_soon = False
+        self._loop = asyncio.get_running_loop()
+
+    # ---- asyncio.Protocol ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's is not a subclass
+        self.h2.initiate_connection()
+        self.h2.increment_flow_control_window(WINDOW)
+        self.flush()
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            events = self.h2.receive_data(data)
+        except h2.exceptions.ProtocolError as exc:
+            self._lose(f"HTTP/2 protocol error: {exc}")
+            return
+        calls = self.calls
+        for ev in events:
+            if isinstance(ev, h2.events.DataReceived):
+                self.h2.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
+                call = calls.get(ev.stream_id)
+                if call is not None and ev.data:
+                    call.feed(ev.data)
+            elif isinstance(ev, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
+                call = calls.get(ev.stream_id)
+                if call is not None:
+                    self._status(call, ev.headers)
+            elif isinstance(ev, h2.events.StreamEnded):
+                call = calls.pop(ev.stream_id, None)
+                if call is not None:
+                    call.end()
+            elif isinstance(ev, h2.events.StreamReset):
+                call = calls.pop(ev.stream_id, None)
+                if call is not None:
+                    call.end(InferError(_reset_status(ev.error_code), "stream reset by the server"))
+            elif isinstance(ev, h2.events.WindowUpdated):
+                self._send_pending()
+            elif isinstance(ev, h2.events.ConnectionTerminated):
+                self._lose(f"the server closed the connection (GOAWAY {ev.error_code!s})")
+                return
+        self.flush_soon()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lose("connection lost" + (f": {exc}" if exc else ""))
+
+    # ---- used by the engine ----------------------------------------------------------------
+    def open(self, path: bytes, unary: bool = False) -> Call:
+        if self.closed:
+            raise InferError("UNAVAILABLE", "the connection is closed")
+        stream_id = self.h2.get_next_available_stream_id()
+        headers = [(b":path", path), *self.base_headers]
+        if unary:
+            headers += self.unary_extra
+        self.h2.send_headers(stream_id, headers)
+        call = self.calls[stream_id] = Call(stream_id, unary)
+        return call
+
+    def send(self, call: Call, data: bytes, end_stream: bool = False) -> None:
+        if call.ended:
+            return
+        if call.pending:
+            call.pending += data
+            call.end_after = end_stream
+        else:
+            self._send_now(call, data, end_stream)
+        self.flush_soon()
+
+    def cancel(self, call: Call, error: InferError) -> None:
+        """Abandon a call (a deadline passed): reset its stream and fail its waiter."""
+        if self.calls.pop(call.stream_id, None) is not None and not self.closed:
+            with contextlib.suppress(h2.exceptions.StreamClosedError):
+                self.h2.reset_stream(call.stream_id, h2.errors.ErrorCodes.CANCEL)
+            self.flush_soon()
+        call.end(error)
+
+    def flush_soon(self) -> None:
+        if not self._flush_soon:
+            self._flush_soon = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        self._flush_soon = False
+        data = self.h2.data_to_send()
+        if data and self.transport is not None and not self.closed:
+            self.transport.write(data)
+
+    def close(self) -> None:
+        if not self.closed:
+            for call in list(self.calls.values()):
+                self.cancel(call, InferError("CANCELLED", "loadkit stopped"))
+            self.h2.close_connection()
+            self.flush()
+        self._lose("closed by loadkit")
+
+    # ---- internals ---------------------------------------------------------------------------
+    def _send_now(self, call: Call, data: bytes, end_stream: bool) -> None:
+        h2c = self.h2
+        while data:
+            room = min(h2c.local_flow_control_window(call.stream_id), h2c.max_outbound_frame_size)
+            if room <= 0:
+                call.pending, call.end_after = data, end_stream
+                return
+            chunk, data = data[:room], data[room:]
+            h2c.send_data(call.stream_id, chunk, end_stream=end_stream and not data)
+
+    def _send_pending(self) -> None:
+        for call in list(self.calls.values()):
+            if call.pending:
+                data, call.pending = call.pending, b""
+                self._send_now(call, data, call.end_after)
+
+    def _status(self, call: Call, headers: list[tuple[bytes, bytes]]) -> None:
+        fields = dict(headers)
+        status = fields.get(b"grpc-status")
+        if status is None:
+            if fields.get(b":status", b"200") != b"200":
+                call.error = InferError("UNAVAILABLE", f"HTTP status {fields[b':status'].decode()}")
+            return
+        code = int(status)
+        if code != 0:
+            message = urllib.parse.unquote(fields.get(b"grpc-message", b"").decode())
+            call.error = InferError(STATUS_NAMES.get(code, "UNKNOWN"), message)
+
+    def _lose(self, why: str) -> None:
+        was_open = not self.closed
+        self.closed = True
+        calls, self.calls = self.calls, {}
+        for call in calls.values():
+            call.end(InferError("UNAVAILABLE", why))
+        if was_open and self.transport is not None:
+            self.transport.close()
+
+
+def _reset_status(code: Any) -> str:
+    if code == h2.errors.ErrorCodes.REFUSED_STREAM:
+        return "UNAVAILABLE"
+    if code == h2.errors.ErrorCodes.CANCEL:
+        return "CANCELLED"
+    return "INTERNAL"
+
+
+class Wire:
+    """The engine's link to the target: one connection, replaced after a loss with a backoff."""
+
+    def __init__(self, address: str, target: TargetSpec):
+        self.host, _, port = address.rpartition(":")
+        self.host = self.host.strip("[]")
+        self.port = int(port)
+        self.authority = address
+        self.target = target
+        self.conn: Connection | None = None
+        self._connecting: asyncio.Future[Connection] | None = None
+        self._retry_at = 0.0
+        self._backoff = BACKOFF_S[0]
+
+    async def connection(self) -> Connection:
+        """The live connection, or a new one; while the server is unreachable, callers wait for
+        the next attempt (so a lane fails once per backoff, not in a busy loop)."""
+        conn = self.conn
+        if conn is not None and not conn.closed:
+            return conn
+        if self._connecting is None:
+            self._connecting = asyncio.ensure_future(self._connect())
+        try:
+            return await asyncio.shield(self._connecting)
+        finally:
+            if self._connecting is not None and self._connecting.done():
+                self._connecting = None
+
+    async def _connect(self) -> Connection:
+        wait = self._retry_at - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        loop = asyncio.get_running_loop()
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: Connection(self.authority, self.target),
+                    self.host, self.port, ssl=self._ssl(),
+                    server_hostname=self.host if self.target.tls else None,
+                ),
+                self.target.timeout_s,
+            )
+        except (OSError, asyncio.TimeoutError) as exc:
+            self._retry_at = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, BACKOFF_S[1])
+            raise InferError("UNAVAILABLE", f"cannot connect to {self.authority}: {exc}") from None
+        self._backoff = BACKOFF_S[0]
+        self.conn = conn
+        return conn
+
+    def _ssl(self) -> ssl.SSLContext | None:
+        tls = self.target.tls
+        if tls is None:
+            return None
+        ctx = ssl.create_default_context(cafile=str(tls.root_certs) if tls.root_certs else None)
+        if tls.client_cert and tls.client_key:
+            ctx.load_cert_chain(str(tls.client_cert), str(tls.client_key))
+        ctx.set_alpn_protocols(["h2"])
+        return ctx
+
+    def close(self) -> None:
+        if self._connecting is not None:
+            self._connecting.cancel()
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None

@@ -1,0 +1,89 @@
+"""wire.py's gRPC framing against the real embedded Triton: messages larger than the server's
+flow-control window, the server's error statuses, and a connection that survives both."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2
+
+from loadkit.drive.wire import InferError, Wire, frame
+from loadkit.scenario import TargetSpec
+
+INFER = b"/inference.GRPCInferenceService/ModelInfer"
+STREAM = b"/inference.GRPCInferenceService/ModelStreamInfer"
+
+
+def dense_request(n_floats: int = 256) -> bytes:
+    req = service_pb2.ModelInferRequest(model_name="dense")
+    tensor = req.inputs.add()
+    tensor.name, tensor.datatype = "INPUT0", "FP32"
+    tensor.shape.extend([1, 256])
+    req.raw_input_contents.append(np.ones(n_floats, np.float32).tobytes())
+    return frame(req.SerializeToString())
+
+
+async def unary(wire: Wire, payload: bytes) -> bytes:
+    conn = await wire.connection()
+    call = conn.open(INFER, unary=True)
+    conn.send(call, payload, end_stream=True)
+    return await asyncio.wait_for(call.next_message(), 20)
+
+
+def test_big_message_is_sent_in_pieces_and_the_connection_survives_errors(triton) -> None:
+    """6 MB is more than the server's 4 MB window: the send must wait for WINDOW_UPDATEs. The
+    server answers only once it has the whole message (here: the wrong byte size)."""
+
+    async def main() -> None:
+        wire = Wire(triton.grpc_address, TargetSpec(triton.grpc_address))
+        conn = await wire.connection()
+        assert conn.h2.remote_settings.initial_window_size < 6 << 20
+        with pytest.raises(InferError) as err:
+            await unary(wire, dense_request((6 << 20) // 4))
+        assert err.value.code == "INVALID_ARGUMENT", err.value
+        assert f"got {6 << 20}" in str(err.value), err.value  # every byte arrived
+        ok = await unary(wire, dense_request())
+        assert len(ok) > 1024  # OUTPUT0: 256 floats
+        missing = service_pb2.ModelInferRequest(model_name="no_such_model").SerializeToString()
+        with pytest.raises(InferError) as err:
+            await unary(wire, frame(missing))
+        assert err.value.code in {"NOT_FOUND", "UNAVAILABLE", "INVALID_ARGUMENT"}, err.value
+        assert await wire.connection() is conn, "status errors must not cost the connection"
+        # the stream method on the same connection: many messages on one stream
+        call = conn.open(STREAM)
+        for _ in range(3):
+            conn.send(call, dense_request())
+            assert len(await asyncio.wait_for(call.next_message(), 20)) > 1024
+        wire.close()
+
+    asyncio.run(main())
+
+
+def test_unreachable_server_fails_fast_then_backs_off(triton) -> None:
+    """A refused connection is UNAVAILABLE at once; the next attempt waits out the backoff, so
+    a closed loop fails once per backoff instead of spinning."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # nothing listens here once closed
+
+    async def main() -> tuple[float, float]:
+        loop = asyncio.get_running_loop()
+        address = f"127.0.0.1:{port}"
+        wire = Wire(address, TargetSpec(address))
+        t0 = loop.time()
+        with pytest.raises(InferError) as err:
+            await wire.connection()
+        assert err.value.code == "UNAVAILABLE"
+        first = loop.time() - t0
+        t1 = loop.time()
+        with pytest.raises(InferError):
+            await wire.connection()
+        return first, loop.time() - t1
+
+    first, second = asyncio.run(main())
+    assert first < 0.5, first
+    assert 0.15 <= second <= 1.0, second
