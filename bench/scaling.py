@@ -3,9 +3,11 @@ embedded Triton, closed loop at a fixed concurrency per worker and open loop at 
 rate. Reports throughput, the generator's CPU per request (all workers together) and, for the
 open loop, how close the aggregate rate came to the target. Results: bench/results/scaling-*.json.
 
-On a machine where the server and the workers share the same few cores the server saturates
-first, so throughput cannot grow N-fold there; what must hold everywhere is that CPU per request
-does not grow with N (no shared bottleneck) and that rates split exactly.
+On a machine where the server and the workers share the same few cores, the CPU-bound dense
+model saturates first, so its throughput cannot grow N-fold there. The third phase is a server
+that is not saturated: the dense model as an accelerator would run it (`device_us`: each execute
+holds a "device" for 4 ms, CPU free) with dynamic batching, so it serves more the more users
+there are; there throughput must grow close to N-fold with N workers.
 """
 
 from __future__ import annotations
@@ -33,6 +35,12 @@ phases:
     load: {{concurrency: {c}, step_duration: {s}s, warmup: 1s}}
   - name: open
     load: {{rate: {rate}, step_duration: {s}s, warmup: 1s}}
+  - name: unsaturated
+    load: {{concurrency: {c}, step_duration: {s}s, warmup: 1s}}
+    config:
+      dense:
+        parameters: {{device_us: "4000"}}
+        dynamic_batching: {{max_queue_delay_microseconds: 500}}
 """
 
 
@@ -49,8 +57,8 @@ def run(address: str, workers: int, per_worker: int, rate: float, seconds: float
     if proc.returncode != 0:
         raise SystemExit(f"loadkit failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     data = json.loads((out / "results.json").read_text())
-    closed, open_ = (p["steps"][0] for p in data["phases"])
-    for step in (closed, open_):
+    closed, open_, free = (p["steps"][0] for p in data["phases"])
+    for step in (closed, open_, free):
         if step["server"]["dense"]["success"] != step["requests"]:
             raise SystemExit("accounting broke")
     ol = open_["open_loop"]
@@ -64,12 +72,15 @@ def run(address: str, workers: int, per_worker: int, rate: float, seconds: float
         "open_sent_per_s": round(ol["sent"] / open_["duration_s"], 1),
         "open_rate_error_pct": round((ol["sent"] / seconds - rate) / rate * 100, 2),
         "open_cpu_us_per_request": open_["generator"]["cpu_us_per_request"],
+        "unsaturated_infer_s": free["throughput"],
+        "unsaturated_cpu_us_per_request": free["generator"]["cpu_us_per_request"],
+        "unsaturated_p50_us": free["latency_us"]["p50"],
     }
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--workers", default="1,2")
+    ap.add_argument("--workers", default="1,2,4")
     ap.add_argument("--per-worker", type=int, default=4, help="closed-loop users per worker")
     ap.add_argument("--rate", type=float, default=1000.0, help="open-loop total rate")
     ap.add_argument("--seconds", type=float, default=5.0)
@@ -88,13 +99,15 @@ def main() -> int:
     finally:
         server.stop()
     base = rows[0]
-    print("| workers | concurrency | infer/s | vs 1 | CPU µs/request | p99 ms | open loop "
-          "sent/s (target) | rate error |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("| workers | concurrency | CPU-bound infer/s | vs 1 | CPU µs/request | p99 ms | "
+          "unsaturated infer/s | vs 1 | open loop sent/s (target) | rate error |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['workers']} | {r['closed_concurrency']} | {r['closed_infer_s']:.0f} | "
               f"{r['closed_infer_s'] / base['closed_infer_s']:.2f}x | "
               f"{r['closed_cpu_us_per_request']} | {r['closed_p99_us'] / 1000:.2f} | "
+              f"{r['unsaturated_infer_s']:.0f} | "
+              f"{r['unsaturated_infer_s'] / base['unsaturated_infer_s']:.2f}x | "
               f"{r['open_sent_per_s']} ({r['open_rate']:g}) | {r['open_rate_error_pct']}% |")
     report = {"started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "cpus": os.cpu_count(), "rows": rows}

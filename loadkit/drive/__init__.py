@@ -1,9 +1,10 @@
 """Drive: Locust users, the load shape and the engine that sends the inferences.
 
-Locust runs on gevent, but loadkit's inferences run on a native thread with grpc.aio (see
-engine.py). That needs a process that gevent has *not* monkey-patched: patched sockets and
-threads would put the engine back on the gevent hub. Locust skips its patching when
-LOCUST_SKIP_MONKEY_PATCH is set, so this package sets it before Locust is first imported;
+Locust runs on gevent, but loadkit's inferences run on a native thread, an asyncio loop that
+frames gRPC over HTTP/2 itself (engine.py, wire.py). That needs a process that gevent has *not*
+monkey-patched: patched sockets and threads would put the engine back on the gevent hub. Locust
+skips its patching when LOCUST_SKIP_MONKEY_PATCH is set, so this package sets it before Locust
+is first imported;
 `loadkit run` and `loadkit ui` import it first. Plain `locust -f` has imported (and patched)
 before it reads the locustfile; the locustfile then re-executes the same command line with the
 variable set (`reexec_unpatched`), before anything has started.

@@ -84,6 +84,7 @@ class DriveContext:
             self.recorder,
             scenario.think_time_s,
             scenario.target.transport,
+            precise_timers=any(step.arrivals is not None for step in plan.steps),
         )
 
     def user_rng(self) -> random.Random:

@@ -21,6 +21,7 @@ import collections
 import contextlib
 import logging
 import random
+import selectors
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -39,7 +40,6 @@ log = logging.getLogger("loadkit.engine")
 MODEL_INFER = b"/inference.GRPCInferenceService/ModelInfer"
 MODEL_STREAM_INFER = b"/inference.GRPCInferenceService/ModelStreamInfer"
 WATCHDOG_S = 0.05
-EARLY_NS = 500_000  # a scheduled send may leave this early (half the loop's 1 ms timer tick)
 ERROR_FIELD_TAG = b"\x0a"  # ModelStreamInferResponse field 1 (error_message), serialized first
 
 
@@ -74,9 +74,14 @@ class Lane:
     scheduling: bool = False
 
 
-def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop where it exists: its C event loop cut the engine's CPU per request at one request
-    in flight by ~15% on the bench (the loop runs three times per request there)."""
+def new_event_loop(precise_timers: bool) -> asyncio.AbstractEventLoop:
+    """uvloop for closed loops: its C event loop cut the CPU per request at one request in
+    flight by ~15% on the bench. Its timers tick in whole milliseconds, though (so does epoll's
+    timeout), which bunched an open loop's sends two by two at 2000/s and doubled the server's
+    p50; an open loop gets the standard loop over select(), whose timeouts are in microseconds.
+    """
+    if precise_timers:
+        return asyncio.SelectorEventLoop(selectors.SelectSelector())
     try:
         import uvloop
     except ImportError:  # no wheel for this platform; the standard loop works the same
@@ -97,6 +102,7 @@ class Engine:
         recorder: Recorder,
         think_time_s: float = 0.0,
         transport: str = "stream",
+        precise_timers: bool = False,
     ):
         self.address = address
         self.target = target
@@ -106,6 +112,7 @@ class Engine:
         self.recorder = recorder
         self.think_time_s = think_time_s
         self.transport = transport
+        self.precise_timers = precise_timers
         self.timeout_s = target.timeout_s
         self.timeout_ns = int(target.timeout_s * 1e9)
         self.inflight = 0
@@ -198,7 +205,7 @@ class Engine:
 
     # ---- engine-thread side -------------------------------------------------------------
     def _thread_main(self) -> None:
-        loop = new_event_loop()
+        loop = new_event_loop(self.precise_timers)
         asyncio.set_event_loop(loop)
         self._loop = loop
         self._gate = asyncio.Event()
@@ -315,11 +322,6 @@ class Engine:
         The schedule restarts at every gate opening (warm-up, then the measured window) and is
         seeded, so two runs send the same sequence. A send that finds `max_concurrency` requests
         in flight is dropped, one later than the tolerance is late; both are counted.
-
-        The loop's timers tick in whole milliseconds (rounded up), so a send waits until half a
-        millisecond before its time and goes then: sends land within about ±0.5 ms of the
-        schedule instead of up to 1 ms late, and latency counts from the scheduled time or the
-        actual send, whichever is later.
         """
         gate = self._gate
         assert gate is not None
@@ -336,9 +338,9 @@ class Engine:
         lane.scheduling = True
         try:
             while gate.is_set() and generation == self._generation and not lane.stopping:
-                delay_ns = next_ns - time.perf_counter_ns()
-                if delay_ns > EARLY_NS:
-                    await asyncio.sleep((delay_ns - EARLY_NS) / 1e9)
+                delay = (next_ns - time.perf_counter_ns()) / 1e9
+                if delay > 0:
+                    await asyncio.sleep(delay)
                     if not gate.is_set() or generation != self._generation or lane.stopping:
                         break
                 i = pick(lane.rng)
@@ -363,8 +365,7 @@ class Engine:
         slot = self._idle_slots.pop() if self._idle_slots else Slot()
         latency_us, size, error = await self._send(slot, payload)
         self._idle_slots.append(slot)
-        # a send up to half a millisecond early counts from the send
-        from_schedule_us = max((time.perf_counter_ns() - scheduled_ns) // 1000, latency_us)
+        from_schedule_us = (time.perf_counter_ns() - scheduled_ns) // 1000
         name = self.names[i]
         if window is not None:
             if error is None:
