@@ -6,8 +6,8 @@ open loop, how close the aggregate rate came to the target. Results: bench/resul
 On a machine where the server and the workers share the same few cores, the CPU-bound dense
 model saturates first, so its throughput cannot grow N-fold there. The third phase is a server
 that is not saturated: the dense model as an accelerator would run it (`device_us`: each execute
-holds a "device" for 4 ms, CPU free) with dynamic batching, so it serves more the more users
-there are; there throughput must grow close to N-fold with N workers.
+holds a "device" for 4 ms, CPU free) in 16 instances, so up to 16 requests are served at once
+and each user can send ~250/s; there throughput must grow close to N-fold with N workers.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ phases:
     config:
       dense:
         parameters: {{device_us: "4000"}}
-        dynamic_batching: {{max_queue_delay_microseconds: 500}}
+        instance_group: [{{count: 16, kind: KIND_CPU}}]
 """
 
 
