@@ -90,7 +90,7 @@ def new_event_loop(precise_timers: bool) -> asyncio.AbstractEventLoop:
 
 
 class Engine:
-    """Owns the thread, the loop, the channel and the lanes of one process."""
+    """Owns the thread, the loop, the connection (Wire) and the lanes of one process."""
 
     def __init__(
         self,
