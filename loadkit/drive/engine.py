@@ -301,10 +301,7 @@ class Engine:
         size = 0
         slot.sent_ns = t0 = time.perf_counter_ns()
         try:
-            if self.transport == "stream":
-                size = await self._infer_stream(slot, payload)
-            else:
-                size = await self._infer_unary(slot, payload)
+            size = await self._infer(slot, payload)
         except InferError as exc:
             error = exc
         finally:
@@ -374,34 +371,24 @@ class Engine:
                 window.error(name, error.code)
         self.completions.append(Completion(name, from_schedule_us, size, error))
 
-    async def _infer_unary(self, slot: Slot, payload: bytes) -> int:
-        assert self._wire is not None
-        conn = slot.conn = await self._wire.connection()
-        call = slot.call = conn.open(MODEL_INFER, unary=True)
-        try:
-            conn.send(call, payload, end_stream=True)
-            response = await call.next_message()
-        except asyncio.CancelledError:
-            _abandon(slot, "CANCELLED", "the user stopped")
-            raise
-        slot.call = None
-        return len(response)
-
-    async def _infer_stream(self, slot: Slot, payload: bytes) -> int:
-        """One request on the slot's own bidirectional stream (opened on first use, and again
-        after a deadline, a reset or a lost connection)."""
+    async def _infer(self, slot: Slot, payload: bytes) -> int:
+        """One request: on the slot's own bidirectional stream (opened on first use, and again
+        after a deadline, a reset or a lost connection), or with `unary` as one ModelInfer call."""
+        unary = self.transport == "unary"
         call, conn = slot.call, slot.conn
-        if call is None or conn is None or call.ended:
+        if unary or call is None or conn is None or call.ended:
             assert self._wire is not None
             conn = slot.conn = await self._wire.connection()
-            call = slot.call = conn.open(MODEL_STREAM_INFER)
+            call = slot.call = conn.open(MODEL_INFER if unary else MODEL_STREAM_INFER, unary)
         try:
-            conn.send(call, payload)
+            conn.send(call, payload, end_stream=unary)
             response = await call.next_message()
         except asyncio.CancelledError:
             _abandon(slot, "CANCELLED", "the user stopped")
             raise
-        if response[:1] == ERROR_FIELD_TAG:
+        if unary:
+            slot.call = None
+        elif response[:1] == ERROR_FIELD_TAG:
             message = service_pb2.ModelStreamInferResponse.FromString(response).error_message
             if message:
                 raise InferError("INFER_ERROR", message)

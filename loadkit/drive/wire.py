@@ -289,9 +289,8 @@ class Wire:
     """The engine's link to the target: one connection, replaced after a loss with a backoff."""
 
     def __init__(self, address: str, target: TargetSpec):
-        self.host, _, port = address.rpartition(":")
-        self.host = self.host.strip("[]")
-        self.port = int(port)
+        host, _, port = address.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
         self.authority = address
         self.target = target
         self.conn: Connection | None = None
