@@ -87,3 +87,40 @@ def test_unreachable_server_fails_fast_then_backs_off(triton) -> None:
     first, second = asyncio.run(main())
     assert first < 0.5, first
     assert 0.15 <= second <= 1.0, second
+
+
+def test_new_calls_move_to_a_fresh_connection_before_stream_ids_run_out(
+    triton, control, monkeypatch
+) -> None:
+    """HTTP/2 allows 2^30 client streams per connection. Past the limit (here made 5) new calls
+    go on a new connection; a stream still open on the old one keeps working, and the old one
+    closes once it has ended. No request is lost on the way."""
+    import loadkit.drive.wire as wire_module
+
+    monkeypatch.setattr(wire_module, "STREAMS_PER_CONNECTION", 5)
+    before = control.counters(("dense",))["dense"].success
+
+    async def main() -> int:
+        wire = Wire(triton.grpc_address, TargetSpec(triton.grpc_address))
+        first = await wire.connection()
+        stream = first.open(STREAM)
+        served = 0
+        for _ in range(12):
+            assert len(await unary(wire, dense_request())) > 1024
+            served += 1
+        assert wire.connects >= 3, wire.connects
+        assert first in wire.retired and not first.closed, "its stream is still open"
+        conn_now = await wire.connection()
+        assert conn_now is not first and conn_now.opened <= 5
+        first.send(stream, dense_request())
+        assert len(await asyncio.wait_for(stream.next_message(), 20)) > 1024
+        served += 1
+        first.cancel(stream, InferError("CANCELLED", "test done"))
+        assert first.closed, "a retired connection closes when its last call ends"
+        wire.close()
+        assert all(c.closed for c in (first, conn_now))
+        return served
+
+    served = asyncio.run(main())
+    assert served == 13
+    assert control.counters(("dense",))["dense"].success - before == served

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import logging
 import random
 import selectors
@@ -30,7 +31,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
-from loadkit.drive.wire import Call, Connection, InferError, Wire, frame
+from loadkit.drive.wire import Call, Connection, InferError, Reply, Wire, frame
 from loadkit.plan import Arrivals
 from loadkit.record import Recorder
 from loadkit.scenario import TargetSpec
@@ -53,14 +54,20 @@ class Completion:
     error: InferError | None
 
 
+Done = Callable[[tuple[int, int, InferError | None]], None]
+
+
 @dataclass(eq=False)
 class Slot:
     """Room for one request in flight: its call (a stream kept open, or one unary call), the
-    connection the call is on, and its send time."""
+    connection the call is on, its send time, and who hears how it ended."""
 
     call: Call | None = None
     conn: Connection | None = None
     sent_ns: int = 0
+    seq: int = 0  # which request the slot carries, so a late connect never sends a stale one
+    done: Done | None = None
+    reply: Reply | None = None  # the Call waiter for this slot, bound once (Engine._reply)
 
 
 @dataclass(eq=False)
@@ -260,11 +267,12 @@ class Engine:
             lane.task.cancel()
 
     async def _run_lane(self, lane: Lane) -> None:
-        assert self._gate is not None
-        gate = self._gate
+        assert self._gate is not None and self._loop is not None
+        gate, loop = self._gate, self._loop
         names, payloads, pick, rng = self.names, self.payloads, self.pick, lane.rng
         think = self.think_time_s
         recorder = self.recorder
+        slot = lane.slot
         try:
             while not lane.stopping:
                 if not gate.is_set():
@@ -275,7 +283,13 @@ class Engine:
                     continue
                 i = pick(rng)
                 window = recorder.window
-                latency_us, size, error = await self._send(lane.slot, payloads[i])
+                fut: asyncio.Future[tuple[int, int, InferError | None]] = loop.create_future()
+                self._send(slot, payloads[i], fut.set_result)
+                try:
+                    latency_us, size, error = await fut
+                except asyncio.CancelledError:
+                    slot.done = None  # counted (as CANCELLED) by the abandon below
+                    raise
                 name = names[i]
                 if window is not None:
                     if error is None:
@@ -289,110 +303,146 @@ class Engine:
             pass
         finally:
             self._lanes.discard(lane)
-            _abandon(lane.slot, "CANCELLED", "the user stopped")
+            self._abandon(slot, "CANCELLED", "the user stopped")
 
-    async def _send(self, slot: Slot, payload: bytes) -> tuple[int, int, InferError | None]:
-        """One request; (latency µs from the send, response bytes, error). Keeps `inflight`."""
-        gate = self._gate
-        assert gate is not None
+    def _send(self, slot: Slot, payload: bytes, done: Done) -> None:
+        """Start one request on the slot: on its own bidirectional stream (opened on first use,
+        and again after a deadline, a reset or a lost connection), or with `unary` as one
+        ModelInfer call. `done((latency µs, response bytes, error))` runs on the loop when it
+        ends, however it ends. Keeps `inflight`."""
+        if slot.reply is None:
+            slot.reply = functools.partial(self._reply, slot)
         self.inflight += 1
         self._busy.add(slot)
-        error: InferError | None = None
-        size = 0
-        slot.sent_ns = t0 = time.perf_counter_ns()
+        slot.seq += 1
+        slot.done = done
+        slot.sent_ns = time.perf_counter_ns()
+        assert self._wire is not None and self._loop is not None
+        conn = self._wire.live()
+        if conn is None:
+            self._loop.create_task(self._connect_and_put(slot, slot.seq, payload))
+        else:
+            self._put(slot, conn, payload)
+
+    async def _connect_and_put(self, slot: Slot, seq: int, payload: bytes) -> None:
+        assert self._wire is not None
         try:
-            size = await self._infer(slot, payload)
+            conn = await self._wire.connection()
         except InferError as exc:
-            error = exc
-        finally:
-            latency_us = (time.perf_counter_ns() - t0) // 1000
-            slot.sent_ns = 0
-            self._busy.discard(slot)
-            self.inflight -= 1
-            if self.inflight == 0 and not gate.is_set():
-                self.drained.set()
-        return latency_us, size, error
+            if slot.seq == seq and slot.sent_ns:
+                self._reply(slot, None, exc)
+            return
+        except asyncio.CancelledError:
+            if slot.seq == seq and slot.sent_ns:
+                self._reply(slot, None, InferError("CANCELLED", "loadkit stopped"))
+            raise
+        if slot.seq == seq and slot.sent_ns:  # not abandoned while connecting
+            self._put(slot, conn, payload)
+
+    def _put(self, slot: Slot, conn: Connection, payload: bytes) -> None:
+        unary = self.transport == "unary"
+        call = slot.call
+        if unary or call is None or call.ended or slot.conn is not conn:
+            if call is not None and slot.conn is not None and not call.ended:
+                slot.conn.cancel(call, InferError("CANCELLED", "moved to a new connection"))
+            try:
+                call = conn.open(MODEL_INFER if unary else MODEL_STREAM_INFER, unary)
+            except InferError as exc:
+                slot.call = None
+                self._reply(slot, None, exc)
+                return
+            slot.call, slot.conn = call, conn
+        conn.send(call, payload, end_stream=unary)
+        call.wait(slot.reply)
+
+    def _reply(self, slot: Slot, message: bytes | None, error: InferError | None) -> None:
+        """The slot's request ended: account for it, then tell whoever sent it."""
+        latency_us = (time.perf_counter_ns() - slot.sent_ns) // 1000
+        slot.sent_ns = 0
+        self._busy.discard(slot)
+        self.inflight -= 1
+        if self.inflight == 0 and self._gate is not None and not self._gate.is_set():
+            self.drained.set()
+        size = 0
+        if message is not None:
+            size = len(message)
+            if message[:1] == ERROR_FIELD_TAG and self.transport != "unary":
+                text = service_pb2.ModelStreamInferResponse.FromString(message).error_message
+                if text:
+                    error = InferError("INFER_ERROR", text)
+        done, slot.done = slot.done, None
+        if done is not None:
+            done((latency_us, size, error))
 
     async def _run_schedule(self, lane: Lane, arrivals: Arrivals) -> None:
         """Send on a schedule fixed in advance until the gate closes or reopens.
 
         The schedule restarts at every gate opening (warm-up, then the measured window) and is
         seeded, so two runs send the same sequence. A send that finds `max_concurrency` requests
-        in flight is dropped, one later than the tolerance is late; both are counted.
+        in flight is dropped, one later than the tolerance is late; both are counted. Sends are
+        timer callbacks, not a task per request: all that are due go out in one wake-up.
         """
-        gate = self._gate
-        assert gate is not None
+        gate, loop = self._gate, self._loop
+        assert gate is not None and loop is not None
         generation = self._generation
         rng = random.Random(arrivals.seed * 7_919 + generation)
         poisson = arrivals.arrival == "poisson"
         mean_ns = 1e9 / arrivals.rate
         cap = arrivals.max_concurrency or 1_000_000
         tolerance_ns = arrivals.late_tolerance_s * 1e9
-        names, payloads, pick = self.names, self.payloads, self.pick
-        recorder = self.recorder
-        in_flight: set[asyncio.Task[None]] = set()
+        names, payloads, pick, recorder = self.names, self.payloads, self.pick, self.recorder
+        idle = self._idle_slots
+        in_flight = 0
         next_ns = float(time.perf_counter_ns())
-        lane.scheduling = True
-        try:
-            while gate.is_set() and generation == self._generation and not lane.stopping:
-                delay = (next_ns - time.perf_counter_ns()) / 1e9
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                    if not gate.is_set() or generation != self._generation or lane.stopping:
-                        break
+        over: asyncio.Future[None] = loop.create_future()
+        timer: asyncio.TimerHandle | None = None
+
+        def tick() -> None:
+            nonlocal next_ns, in_flight, timer
+            if not gate.is_set() or generation != self._generation or lane.stopping:
+                if not over.done():
+                    over.set_result(None)
+                return
+            now = time.perf_counter_ns()
+            while next_ns <= now:
                 i = pick(lane.rng)
                 window = recorder.window
                 scheduled_ns = int(next_ns)
                 next_ns += rng.expovariate(1.0) * mean_ns if poisson else mean_ns
-                if len(in_flight) >= cap:
+                if in_flight >= cap:
                     if window is not None:
                         window.dropped[names[i]] += 1
                     continue
-                if window is not None and time.perf_counter_ns() - scheduled_ns > tolerance_ns:
+                if window is not None and now - scheduled_ns > tolerance_ns:
                     window.late[names[i]] += 1
-                task = asyncio.get_running_loop().create_task(
-                    self._scheduled(i, payloads[i], scheduled_ns, window)
-                )
-                in_flight.add(task)
-                task.add_done_callback(in_flight.discard)
+                slot = idle.pop() if idle else Slot()
+                in_flight += 1
+                self._send(slot, payloads[i], functools.partial(
+                    finished, slot, names[i], scheduled_ns, window))
+            timer = loop.call_later((next_ns - time.perf_counter_ns()) / 1e9, tick)
+
+        def finished(slot: Slot, name: str, scheduled_ns: int, window: Any,
+                     result: tuple[int, int, InferError | None]) -> None:
+            nonlocal in_flight
+            in_flight -= 1
+            idle.append(slot)
+            latency_us, size, error = result
+            from_schedule_us = (time.perf_counter_ns() - scheduled_ns) // 1000
+            if window is not None:
+                if error is None:
+                    window.record(name, from_schedule_us, latency_us)
+                else:
+                    window.error(name, error.code)
+            self.completions.append(Completion(name, from_schedule_us, size, error))
+
+        lane.scheduling = True
+        tick()
+        try:
+            await over
         finally:
             lane.scheduling = False
-
-    async def _scheduled(self, i: int, payload: bytes, scheduled_ns: int, window: Any) -> None:
-        slot = self._idle_slots.pop() if self._idle_slots else Slot()
-        latency_us, size, error = await self._send(slot, payload)
-        self._idle_slots.append(slot)
-        from_schedule_us = (time.perf_counter_ns() - scheduled_ns) // 1000
-        name = self.names[i]
-        if window is not None:
-            if error is None:
-                window.record(name, from_schedule_us, latency_us)
-            else:
-                window.error(name, error.code)
-        self.completions.append(Completion(name, from_schedule_us, size, error))
-
-    async def _infer(self, slot: Slot, payload: bytes) -> int:
-        """One request: on the slot's own bidirectional stream (opened on first use, and again
-        after a deadline, a reset or a lost connection), or with `unary` as one ModelInfer call."""
-        unary = self.transport == "unary"
-        call, conn = slot.call, slot.conn
-        if unary or call is None or conn is None or call.ended:
-            assert self._wire is not None
-            conn = slot.conn = await self._wire.connection()
-            call = slot.call = conn.open(MODEL_INFER if unary else MODEL_STREAM_INFER, unary)
-        try:
-            conn.send(call, payload, end_stream=unary)
-            response = await call.next_message()
-        except asyncio.CancelledError:
-            _abandon(slot, "CANCELLED", "the user stopped")
-            raise
-        if unary:
-            slot.call = None
-        elif response[:1] == ERROR_FIELD_TAG:
-            message = service_pb2.ModelStreamInferResponse.FromString(response).error_message
-            if message:
-                raise InferError("INFER_ERROR", message)
-        return len(response)
+            if timer is not None:
+                timer.cancel()
 
     async def _watchdog(self) -> None:
         """Per-request deadlines: a late call is reset and fails as DEADLINE_EXCEEDED."""
@@ -401,11 +451,15 @@ class Engine:
             now = time.perf_counter_ns()
             for slot in list(self._busy):
                 if slot.sent_ns and now - slot.sent_ns > self.timeout_ns:
-                    _abandon(slot, "DEADLINE_EXCEEDED", f"no response within {self.timeout_s:g} s")
+                    self._abandon(
+                        slot, "DEADLINE_EXCEEDED", f"no response within {self.timeout_s:g} s"
+                    )
 
-
-def _abandon(slot: Slot, code: str, details: str) -> None:
-    """Reset the slot's call, if it has one; the stream is opened again on the next send."""
-    if slot.call is not None and slot.conn is not None:
-        slot.conn.cancel(slot.call, InferError(code, details))
-    slot.call = None
+    def _abandon(self, slot: Slot, code: str, details: str) -> None:
+        """Reset the slot's call, if it has one (the stream is opened again on the next send);
+        a request still waiting for its connection ends here."""
+        call, conn, slot.call = slot.call, slot.conn, None
+        if call is not None and conn is not None:
+            conn.cancel(call, InferError(code, details))
+        if slot.sent_ns:  # no call yet (connecting), or its waiter already cleared
+            self._reply(slot, None, InferError(code, details))
