@@ -25,6 +25,33 @@ def new_histogram() -> HdrHistogram:
     return HdrHistogram(LOWEST_US, HIGHEST_US, SIGNIFICANT_DIGITS)
 
 
+def _constants() -> tuple[int, int, int, int, int]:
+    h = new_histogram()
+    return (h.sub_bucket_mask, h.unit_magnitude, h.sub_bucket_half_count_magnitude,
+            h.sub_bucket_half_count, h.counts_len)
+
+
+_MASK, _UNIT, _HALF_MAG, _HALF, _LEN = _constants()
+
+
+def record_value(h: HdrHistogram, value: int) -> bool:
+    """`h.record_value(value)` for a histogram from new_histogram(), with hdrh's index
+    arithmetic inlined: one Python call instead of five, ~3x cheaper per sample on the engine
+    thread. Same buckets, counts, min and max (tests/test_record.py compares them); False, and
+    nothing recorded, above the trackable range. `value` is an int >= LOWEST_US."""
+    bucket = (value | _MASK).bit_length() - _UNIT - _HALF_MAG - 1
+    index = ((bucket + 1) << _HALF_MAG) + (value >> (bucket + _UNIT)) - _HALF
+    if index >= _LEN:
+        return False
+    h.counts[index] += 1
+    h.total_count += 1
+    if value < h.min_value:
+        h.min_value = value
+    if value > h.max_value:
+        h.max_value = value
+    return True
+
+
 def encode(h: HdrHistogram) -> str:
     """HdrHistogram's standard compressed base64 form, readable by every HDR implementation."""
     return h.encode().decode("ascii")
@@ -61,13 +88,13 @@ class StepWindow:
         h = self.histograms.get(template)
         if h is None:
             h = self.histograms[template] = new_histogram()
-        if not h.record_value(max(latency_us, LOWEST_US)):
+        if not record_value(h, latency_us if latency_us > LOWEST_US else LOWEST_US):
             self.out_of_range += 1
         if service_us is not None:
             s = self.service.get(template)
             if s is None:
                 s = self.service[template] = new_histogram()
-            s.record_value(max(service_us, LOWEST_US))
+            record_value(s, service_us if service_us > LOWEST_US else LOWEST_US)
 
     def merged_service(self) -> HdrHistogram:
         total = new_histogram()

@@ -3,8 +3,18 @@ no silent drops."""
 
 from __future__ import annotations
 
+import random
+
 from loadkit.plan import Step
-from loadkit.record import HIGHEST_US, StepWindow, decode, latency_summary, new_histogram
+from loadkit.record import (
+    HIGHEST_US,
+    StepWindow,
+    decode,
+    encode,
+    latency_summary,
+    new_histogram,
+    record_value,
+)
 
 
 def step() -> Step:
@@ -49,3 +59,21 @@ def test_errors_are_counted_by_code_not_recorded() -> None:
     w.error("b", "DEADLINE_EXCEEDED")
     assert w.error_count() == 3
     assert w.successes() == 0
+
+
+def test_inlined_record_value_matches_hdrh_bucket_for_bucket() -> None:
+    rng = random.Random(7)
+    values = [1, 2, 2047, 2048, 2049, 4095, 4096, HIGHEST_US, HIGHEST_US + 1]
+    values += [int(10 ** rng.uniform(0, 9.5)) + 1 for _ in range(20_000)]  # up to ~3e9 us
+    ours, theirs = new_histogram(), new_histogram()
+    refused = 0
+    for v in values:
+        ok = theirs.record_value(v)
+        assert record_value(ours, v) == ok, v
+        refused += not ok
+    assert 0 < refused < len(values)  # both sides of the range edge were exercised
+    assert list(ours.counts) == list(theirs.counts)
+    assert (ours.total_count, ours.min_value, ours.max_value) == (
+        theirs.total_count, theirs.min_value, theirs.max_value)
+    assert encode(ours) == encode(theirs)
+    assert latency_summary(ours) == latency_summary(theirs)

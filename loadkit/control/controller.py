@@ -22,6 +22,8 @@ from loadkit.results import PhaseResult
 READY_TIMEOUT_S = 120.0
 RECOVER_S = 60.0  # how long a server that came back may take to accept its models again
 RESTORE_TIMEOUT_S = 600.0  # putting the last good config back outlasts a slow load
+SETTLE_S = 0.01  # between two reads of the server's counters that must agree
+SETTLE_TRIES = 50
 
 
 class ReloadTimeout(ControlError):
@@ -66,8 +68,20 @@ class Controller:
         return self.control.is_live()
 
     def snapshot(self) -> Snapshot:
-        """Statistics and metrics together, taken while nothing is in flight."""
-        return Snapshot(self.control.counters(self.models), self.control.metrics())
+        """Statistics and metrics together, taken while nothing is in flight.
+
+        Triton counts a request a moment after its response has left: a snapshot taken the
+        instant the client saw its last response could miss it (and the next window would
+        count it). The counters are read until two reads SETTLE_S apart agree.
+        """
+        counters = self.control.counters(self.models)
+        for _ in range(SETTLE_TRIES):
+            time.sleep(SETTLE_S)
+            again = self.control.counters(self.models)
+            if again == counters:
+                break
+            counters = again
+        return Snapshot(counters, self.control.metrics())
 
     def _original(self, model: str) -> dict[str, Any]:
         if model not in self.original:

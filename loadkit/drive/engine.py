@@ -31,6 +31,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2
 
+from loadkit.drive.timer import PreciseTimer
 from loadkit.drive.wire import Call, Connection, InferError, Reply, Wire, frame
 from loadkit.plan import Arrivals
 from loadkit.record import Recorder
@@ -82,12 +83,13 @@ class Lane:
 
 
 def new_event_loop(precise_timers: bool) -> asyncio.AbstractEventLoop:
-    """uvloop for closed loops: its C event loop cut the CPU per request at one request in
-    flight by ~15% on the bench. Its timers tick in whole milliseconds, though (so does epoll's
-    timeout), which bunched an open loop's sends two by two at 2000/s and doubled the server's
-    p50; an open loop gets the standard loop over select(), whose timeouts are in microseconds.
+    """uvloop: its C event loop cut the CPU per request at one request in flight by ~15% on
+    the bench. Its timers tick in whole milliseconds, though (so does epoll's timeout), which
+    bunched an open loop's sends two by two at 2000/s and doubled the server's p50: an open
+    loop wakes on a timerfd instead (drive/timer.py), and where there is none it gets the
+    standard loop over select(), whose timeouts are in microseconds.
     """
-    if precise_timers:
+    if precise_timers and not PreciseTimer.available():
         return asyncio.SelectorEventLoop(selectors.SelectSelector())
     try:
         import uvloop
@@ -391,19 +393,23 @@ class Engine:
         cap = arrivals.max_concurrency or 1_000_000
         tolerance_ns = arrivals.late_tolerance_s * 1e9
         names, payloads, pick, recorder = self.names, self.payloads, self.pick, self.recorder
-        idle = self._idle_slots
+        idle, wire = self._idle_slots, self._wire
+        assert wire is not None
         in_flight = 0
         next_ns = float(time.perf_counter_ns())
         over: asyncio.Future[None] = loop.create_future()
-        timer: asyncio.TimerHandle | None = None
+        handle: asyncio.TimerHandle | None = None
 
         def tick() -> None:
-            nonlocal next_ns, in_flight, timer
+            nonlocal next_ns, in_flight, handle
             if not gate.is_set() or generation != self._generation or lane.stopping:
                 if not over.done():
                     over.set_result(None)
                 return
             now = time.perf_counter_ns()
+            conn = wire.live()
+            if conn is not None:
+                conn.corked = True  # the sends below leave in one write, in this iteration
             while next_ns <= now:
                 i = pick(lane.rng)
                 window = recorder.window
@@ -419,7 +425,14 @@ class Engine:
                 in_flight += 1
                 self._send(slot, payloads[i], functools.partial(
                     finished, slot, names[i], scheduled_ns, window))
-            timer = loop.call_later((next_ns - time.perf_counter_ns()) / 1e9, tick)
+            if conn is not None:
+                conn.corked = False
+                conn.flush()
+            delay = (next_ns - time.perf_counter_ns()) / 1e9
+            if precise is not None:
+                precise.call_later(delay)
+            else:
+                handle = loop.call_later(delay, tick)
 
         def finished(slot: Slot, name: str, scheduled_ns: int, window: Any,
                      result: tuple[int, int, InferError | None]) -> None:
@@ -435,14 +448,17 @@ class Engine:
                     window.error(name, error.code)
             self.completions.append(Completion(name, from_schedule_us, size, error))
 
+        precise = PreciseTimer.create(loop, tick)
         lane.scheduling = True
         tick()
         try:
             await over
         finally:
             lane.scheduling = False
-            if timer is not None:
-                timer.cancel()
+            if precise is not None:
+                precise.close()
+            if handle is not None:
+                handle.cancel()
 
     async def _watchdog(self) -> None:
         """Per-request deadlines: a late call is reset and fails as DEADLINE_EXCEEDED."""

@@ -169,6 +169,7 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.opened = 0
         self.retiring = False
+        self.corked = False  # set while a caller makes several sends it will flush() itself
         self._flush_soon = False
         self._loop = asyncio.get_running_loop()
 
@@ -209,7 +210,7 @@ class Connection(asyncio.Protocol):
             elif isinstance(ev, h2.events.ConnectionTerminated):
                 self._lose(f"the server closed the connection (GOAWAY {ev.error_code!s})")
                 return
-        self.flush_soon()
+        self.flush()  # now, not one loop iteration (a select() call) later
         if self.retiring and not self.calls:
             self.close()
 
@@ -256,7 +257,8 @@ class Connection(asyncio.Protocol):
             self.close()
 
     def flush_soon(self) -> None:
-        if not self._flush_soon:
+        """Writes made in one loop iteration leave in one write, at its end."""
+        if not self._flush_soon and not self.corked:
             self._flush_soon = True
             self._loop.call_soon(self.flush)
 
