@@ -4,7 +4,8 @@ replicas a peak needs.
 Pure functions and a small search state machine; drive/search.py runs the measurements. The
 search brackets (doubling up from the start rate until the SLO breaks, or halving down until it
 holds), bisects until the bracket is within `precision`, then repeats the best passing rate to
-confirm it; a failed confirmation moves the bracket down and the search goes on. Every probe is
+confirm it; a failed confirmation moves the bracket down, lengthens every later probe to the
+confirmation's window, and the search goes on. Every probe is
 an ordinary open-loop step in results.json, so the report shows the evidence for the answer.
 """
 
@@ -118,6 +119,10 @@ class Search:
     lo: float | None = None  # highest rate that held (below hi)
     hi: float | None = None  # lowest rate that broke
     confirmed: bool = False
+    # Set by a failed confirmation: near the edge the short probes were optimistic (a queue
+    # that grows slowly passes 3 s and breaks in 6 s), so every later probe measures as long
+    # as a confirmation and the bisection is no longer drawn back to a rate that cannot hold.
+    long_probes: bool = False
     stopped: str = ""  # why the search ended early: budget, aborted, floor, ceiling
 
     def _kind(self) -> str:
@@ -128,6 +133,10 @@ class Search:
     def _narrow(self) -> bool:
         assert self.lo is not None and self.hi is not None
         return (self.hi - self.lo) / self.lo <= self.precision
+
+    def long(self, kind: str) -> bool:
+        """Whether the next probe of this kind measures for the confirmation's longer window."""
+        return kind == "confirm" or self.long_probes
 
     def next_rate(self) -> tuple[float, str] | None:
         if self.confirmed or self.stopped:
@@ -163,6 +172,8 @@ class Search:
             if self.hi is None or rate < self.hi:
                 self.lo = max(self.lo or 0.0, rate)
         else:
+            if probe.kind == "confirm":
+                self.long_probes = True
             self.hi = rate if self.hi is None else min(self.hi, rate)
             if self.lo is not None and self.lo >= self.hi:
                 held = [p.rate for p in self.probes if p.passed and p.rate < self.hi]

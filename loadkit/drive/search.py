@@ -83,7 +83,7 @@ class CapacityConductor(Conductor):
                 break
             rate, kind = nxt
             # a confirmation measures twice as long: the answer must hold, not just once pass
-            duration = first.duration_s * (CONFIRM_FACTOR if kind == "confirm" else 1)
+            duration = first.duration_s * (CONFIRM_FACTOR if search.long(kind) else 1)
             if time.monotonic() + cost + duration - first.duration_s > deadline:
                 search.stopped = "budget"
                 break
