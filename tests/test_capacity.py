@@ -112,7 +112,7 @@ requests:
       INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 7}}
 phases:
   - name: baseline
-    # a 4 ms "device" sleep per execute: capacity (~220/s) set by the model, not by the CPU
+    # a 4 ms "device" sleep per execute: capacity (~200/s) set by the model, not by the CPU
     # the generator and the server fight over on a small box. With 1 ms, the python backend's
     # own ~0.5 ms per request was a third of the service time, and this VM's drift in it moved
     # the edge by 30%: confirmations at the edge failed three times running in CI.

@@ -82,7 +82,8 @@ class CapacityConductor(Conductor):
                 search.stopped = "budget"
                 break
             rate, kind = nxt
-            # a confirmation measures twice as long: the answer must hold, not just once pass
+            # a confirmation (and, after one failed, every probe) measures twice as long: the
+            # answer must hold, not just once pass
             duration = first.duration_s * (CONFIRM_FACTOR if search.long(kind) else 1)
             if time.monotonic() + cost + duration - first.duration_s > deadline:
                 search.stopped = "budget"
