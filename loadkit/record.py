@@ -83,6 +83,8 @@ class StepWindow:
     service: dict[str, HdrHistogram] = field(default_factory=dict)
     dropped: Counter[str] = field(default_factory=Counter)
     late: Counter[str] = field(default_factory=Counter)
+    # of the successes' latencies, the µs spent in the generator's own framing (drive/engine.py)
+    own_us: int = 0
 
     def record(self, template: str, latency_us: int, service_us: int | None = None) -> None:
         h = self.histograms.get(template)
@@ -135,6 +137,7 @@ class StepWindow:
             "dropped": dict(self.dropped),
             "late": dict(self.late),
             "out_of_range": self.out_of_range,
+            "own_us": self.own_us,
         }
 
     def add_wire(self, data: dict[str, Any]) -> None:
@@ -151,6 +154,7 @@ class StepWindow:
         self.dropped.update(data["dropped"])
         self.late.update(data["late"])
         self.out_of_range += int(data["out_of_range"])
+        self.own_us += int(data.get("own_us", 0))
 
 
 class Recorder:

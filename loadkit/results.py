@@ -28,7 +28,8 @@ class StepResult:
     client: dict[str, dict[str, Any]]
     server: dict[str, dict[str, Any]]
     metrics: dict[str, Any] = field(default_factory=dict)
-    # The load generator's own cost over the window: cpu_s, cpu_us_per_request, cpu_util, rss_mb.
+    # The load generator's own cost over the window: cpu_s, cpu_us_per_request, cpu_util, rss_mb,
+    # own_us_per_request (the part of each latency spent in its own framing).
     generator: dict[str, Any] = field(default_factory=dict)
     histograms: dict[str, str] = field(default_factory=dict)
     out_of_range: int = 0

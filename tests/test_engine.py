@@ -57,3 +57,29 @@ def test_slow_responses_hit_the_deadline_and_are_counted(triton, tmp_path, trans
         # each user fails one request per 0.2 s deadline: about 10 per user in a 2 s step
         assert n >= 5 * step["load"]["concurrency"], step["errors"]
         assert set(step["errors"]) == {"DEADLINE_EXCEEDED"}
+
+
+@pytest.mark.parametrize("transport", ["stream", "unary"])
+def test_latency_runs_from_the_write_to_the_read(triton, tmp_path, transport: str) -> None:
+    """Latency is stamped at the socket write and the socket read (wire.py). One request in
+    flight on a model that sleeps 20 ms per execute: each latency is at least the server's
+    compute time and at most that plus a few ms. A stamp left from the previous request on the
+    stream would add a whole round trip (~20 ms); a stale read stamp would make it ~0."""
+    scenario = SCENARIO.format(
+        transport=transport, timeout="10s",
+        config='    config: {dense: {parameters: {device_us: "20000"}}}',
+    ).replace("concurrency: [1, 6]", "concurrency: 1")
+    scen = write(tmp_path / "s.yaml", scenario)
+    out = tmp_path / "r"
+    proc = loadkit("run", str(scen), "--target", triton.grpc_address, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (step,) = results(out)["phases"][0]["steps"]
+    server = step["server"]["dense"]
+    assert step["requests"] == server["success"] > 40
+    lat = step["latency_us"]
+    assert server["compute_infer_us"] >= 20_000
+    assert lat["p50"] >= server["compute_infer_us"], (lat, server)
+    assert lat["max"] < server["compute_infer_us"] + 8_000, (lat, server)
+    # the generator's own framing is inside the latency, and small beside the server's 20 ms
+    assert 0 < step["generator"]["own_us_per_request"] < 2_000, step["generator"]
+    assert "us of each latency was loadkit's own framing" in (out / "summary.md").read_text()

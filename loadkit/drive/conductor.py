@@ -83,6 +83,9 @@ def build_step_result(
         "cpu_us_per_request": round(cpu / requests * 1e6, 1) if requests else 0.0,
         "cpu_util": round(cpu / duration_s, 3) if duration_s > 0 else 0.0,
         "rss_mb": round(got.rss_bytes / 2**20, 1),
+        # the mean µs of each latency spent in loadkit's own framing (in the latency, as a C
+        # client's is in perf_analyzer's); what the server and the network took is the rest
+        "own_us_per_request": round(window.own_us / requests, 1) if requests else 0.0,
     }
     open_loop: dict[str, Any] = {}
     if step.arrivals is not None:

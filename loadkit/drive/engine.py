@@ -55,7 +55,9 @@ class Completion:
     error: InferError | None
 
 
-Done = Callable[[tuple[int, int, InferError | None]], None]
+# (latency µs, response bytes, error, end ns, of the latency µs spent in loadkit's framing)
+Result = tuple[int, int, InferError | None, int, int]
+Done = Callable[[Result], None]
 
 
 @dataclass(eq=False)
@@ -285,10 +287,10 @@ class Engine:
                     continue
                 i = pick(rng)
                 window = recorder.window
-                fut: asyncio.Future[tuple[int, int, InferError | None]] = loop.create_future()
+                fut: asyncio.Future[Result] = loop.create_future()
                 self._send(slot, payloads[i], fut.set_result)
                 try:
-                    latency_us, size, error = await fut
+                    latency_us, size, error, _, own_us = await fut
                 except asyncio.CancelledError:
                     slot.done = None  # counted (as CANCELLED) by the abandon below
                     raise
@@ -296,6 +298,7 @@ class Engine:
                 if window is not None:
                     if error is None:
                         window.record(name, latency_us)
+                        window.own_us += own_us
                     else:
                         window.error(name, error.code)
                 self.completions.append(Completion(name, latency_us, size, error))
@@ -310,8 +313,8 @@ class Engine:
     def _send(self, slot: Slot, payload: bytes, done: Done) -> None:
         """Start one request on the slot: on its own bidirectional stream (opened on first use,
         and again after a deadline, a reset or a lost connection), or with `unary` as one
-        ModelInfer call. `done((latency µs, response bytes, error))` runs on the loop when it
-        ends, however it ends. Keeps `inflight`."""
+        ModelInfer call. `done(Result)` runs on the loop when it ends, however it ends. Keeps
+        `inflight`."""
         if slot.reply is None:
             slot.reply = functools.partial(self._reply, slot)
         self.inflight += 1
@@ -358,8 +361,19 @@ class Engine:
         call.wait(slot.reply)
 
     def _reply(self, slot: Slot, message: bytes | None, error: InferError | None) -> None:
-        """The slot's request ended: account for it, then tell whoever sent it."""
-        latency_us = (time.perf_counter_ns() - slot.sent_ns) // 1000
+        """The slot's request ended: account for it, then tell whoever sent it.
+
+        Latency runs from the send call to now, as perf_analyzer's runs from its client call to
+        its callback, so both include the client's own framing. How much of it was loadkit's
+        (h2's pure-Python framing before the socket write and after the socket read) is
+        `own_us`, reported per step so a reader sees what the generator added."""
+        end_ns = time.perf_counter_ns()
+        latency_us = (end_ns - slot.sent_ns) // 1000
+        own_us = 0
+        call, conn = slot.call, slot.conn
+        if message is not None and call is not None and call.tx_ns >= slot.sent_ns:
+            rx_ns = conn.rx_ns if conn is not None and conn.rx_ns > call.tx_ns else end_ns
+            own_us = latency_us - (rx_ns - call.tx_ns) // 1000
         slot.sent_ns = 0
         self._busy.discard(slot)
         self.inflight -= 1
@@ -374,7 +388,7 @@ class Engine:
                     error = InferError("INFER_ERROR", text)
         done, slot.done = slot.done, None
         if done is not None:
-            done((latency_us, size, error))
+            done((latency_us, size, error, end_ns, own_us))
 
     async def _run_schedule(self, lane: Lane, arrivals: Arrivals) -> None:
         """Send on a schedule fixed in advance until the gate closes or reopens.
@@ -435,15 +449,16 @@ class Engine:
                 handle = loop.call_later(delay, tick)
 
         def finished(slot: Slot, name: str, scheduled_ns: int, window: Any,
-                     result: tuple[int, int, InferError | None]) -> None:
+                     result: Result) -> None:
             nonlocal in_flight
             in_flight -= 1
             idle.append(slot)
-            latency_us, size, error = result
-            from_schedule_us = (time.perf_counter_ns() - scheduled_ns) // 1000
+            latency_us, size, error, end_ns, own_us = result
+            from_schedule_us = (end_ns - scheduled_ns) // 1000
             if window is not None:
                 if error is None:
                     window.record(name, from_schedule_us, latency_us)
+                    window.own_us += own_us
                 else:
                     window.error(name, error.code)
             self.completions.append(Completion(name, from_schedule_us, size, error))

@@ -66,7 +66,7 @@ class Call:
     """
 
     __slots__ = ("stream_id", "unary", "buf", "messages", "waiter", "pending", "end_after",
-                 "error", "ended")
+                 "error", "ended", "tx_ns", "unacked")
 
     def __init__(self, stream_id: int, unary: bool):
         self.stream_id = stream_id
@@ -78,6 +78,8 @@ class Call:
         self.end_after = False  # end the stream once `pending` is sent
         self.error: InferError | None = None
         self.ended = False
+        self.tx_ns = 0  # when the last message sent on it left in a socket write
+        self.unacked = 0  # response bytes taken on the fast path, not yet handed back (window)
 
     def feed(self, data: bytes) -> None:
         buf = self.buf + data if self.buf else data
@@ -172,6 +174,11 @@ class Connection(asyncio.Protocol):
         self.corked = False  # set while a caller makes several sends it will flush() itself
         self._flush_soon = False
         self._loop = asyncio.get_running_loop()
+        self.rx_ns = 0  # when the bytes being handled now came off the socket
+        self._rx_tail = b""  # the start of a frame the next read completes
+        self._unacked = 0  # connection-level bytes taken on the fast path, not yet handed back
+        self._raw_out: list[bytes] = []  # WINDOW_UPDATE frames for the fast path's bytes
+        self._unstamped: list[Call] = []  # calls whose message waits for the next write
 
     # ---- asyncio.Protocol ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -181,11 +188,53 @@ class Connection(asyncio.Protocol):
         self.flush()
 
     def data_received(self, data: bytes) -> None:
+        """Split the bytes into whole frames: a plain DATA frame on a live call (every response
+        message) goes straight to its call, the rest through h2, in order. h2 spent ~30 µs of
+        Python on each response's DATA frame; this path a few."""
+        self.rx_ns = time.perf_counter_ns()
+        buf = self._rx_tail + data if self._rx_tail else data
+        calls, end, pos, slow = self.calls, len(buf), 0, 0
+        while pos + 9 <= end:
+            length = int.from_bytes(buf[pos : pos + 3], "big")
+            nxt = pos + 9 + length
+            if nxt > end:
+                break
+            # type DATA, no END_STREAM (0x1) or PADDED (0x8) flag: gRPC's messages
+            if buf[pos + 3] == 0 and not buf[pos + 4] & 0x9 and length:
+                call = calls.get(int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF)
+                if call is not None and not call.ended:
+                    if slow < pos and not self._h2_receive(buf[slow:pos]):
+                        return
+                    slow = nxt
+                    self._taken(call, length)
+                    call.feed(buf[pos + 9 : nxt])
+            pos = nxt
+        self._rx_tail = buf[pos:]
+        if slow < pos and not self._h2_receive(buf[slow:pos]):
+            return
+        self.flush()  # now, not one loop iteration (a select() call) later
+        if self.retiring and not self.calls:
+            self.close()
+
+    def _taken(self, call: Call, n: int) -> None:
+        """Flow control for the fast path (h2 never saw these bytes): hand the window back
+        once half of it is used, as h2 does."""
+        self._unacked += n
+        call.unacked += n
+        if self._unacked >= WINDOW // 2:
+            self._raw_out.append(_window_update(0, self._unacked))
+            self._unacked = 0
+        if call.unacked >= WINDOW // 2:
+            self._raw_out.append(_window_update(call.stream_id, call.unacked))
+            call.unacked = 0
+
+    def _h2_receive(self, data: bytes) -> bool:
+        """Whole frames through h2; False once the connection is gone."""
         try:
             events = self.h2.receive_data(data)
         except h2.exceptions.ProtocolError as exc:
             self._lose(f"HTTP/2 protocol error: {exc}")
-            return
+            return False
         calls = self.calls
         for ev in events:
             if isinstance(ev, h2.events.DataReceived):
@@ -209,10 +258,8 @@ class Connection(asyncio.Protocol):
                 self._send_pending()
             elif isinstance(ev, h2.events.ConnectionTerminated):
                 self._lose(f"the server closed the connection (GOAWAY {ev.error_code!s})")
-                return
-        self.flush()  # now, not one loop iteration (a select() call) later
-        if self.retiring and not self.calls:
-            self.close()
+                return False
+        return not self.closed
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lose("connection lost" + (f": {exc}" if exc else ""))
@@ -238,6 +285,7 @@ class Connection(asyncio.Protocol):
             call.end_after = end_stream
         else:
             self._send_now(call, data, end_stream)
+        self._unstamped.append(call)
         self.flush_soon()
 
     def cancel(self, call: Call, error: InferError) -> None:
@@ -265,7 +313,15 @@ class Connection(asyncio.Protocol):
     def flush(self) -> None:
         self._flush_soon = False
         data = self.h2.data_to_send()
+        if self._raw_out:
+            data += b"".join(self._raw_out)
+            self._raw_out.clear()
         if data and self.transport is not None and not self.closed:
+            if self._unstamped:  # stamped before the write: loopback TCP delivers inside it
+                now = time.perf_counter_ns()
+                for call in self._unstamped:
+                    call.tx_ns = now
+                self._unstamped.clear()
             self.transport.write(data)
 
     def close(self) -> None:
@@ -314,6 +370,10 @@ class Connection(asyncio.Protocol):
             call.end(InferError("UNAVAILABLE", why))
         if was_open and self.transport is not None:
             self.transport.close()
+
+
+def _window_update(stream_id: int, increment: int) -> bytes:
+    return b"\x00\x00\x04\x08\x00" + stream_id.to_bytes(4, "big") + increment.to_bytes(4, "big")
 
 
 def _reset_status(code: Any) -> str:

@@ -62,6 +62,7 @@ def summary_table(results: dict[str, Any]) -> str:
                 f"{_errors(s)} | {_server_cell(s)} |"
             )
         out.append("")
+        out += _generator_note(phase["steps"])
         if open_steps:
             out += _open_loop_notes(open_steps)
     out += _worker_notes(results)
@@ -100,6 +101,24 @@ def _worker_notes(results: dict[str, Any]) -> list[str]:
         out.append(f"- Steps missing a worker's samples (client count below the server's): "
                    f"{', '.join(hit)}.")
     return [*out, ""]
+
+
+def _span(values: list[float]) -> str:
+    lo, hi = min(values), max(values)
+    return f"{lo:.0f}" if round(lo) == round(hi) else f"{lo:.0f}-{hi:.0f}"
+
+
+def _generator_note(steps: list[dict[str, Any]]) -> list[str]:
+    """What loadkit itself cost per request, so a reader can tell it did not distort the run."""
+    gens = [s["generator"] for s in steps if s.get("generator") and s.get("requests")]
+    if not gens:
+        return []
+    cpu = _span([g["cpu_us_per_request"] for g in gens])
+    line = f"Generator, per request: {cpu} us of loadkit's CPU"
+    if all("own_us_per_request" in g for g in gens):
+        own = _span([g["own_us_per_request"] for g in gens])
+        line += f"; {own} us of each latency was loadkit's own framing (mean)"
+    return [line + ".", ""]
 
 
 def _open_loop_notes(steps: list[dict[str, Any]]) -> list[str]:
