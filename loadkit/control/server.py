@@ -95,6 +95,22 @@ def diff_counters(before: ModelCounters, after: ModelCounters) -> dict[str, Any]
     }
 
 
+def tls_hint(error: str, tls: bool, client_cert: bool) -> str:
+    """What to check when a connection failed the way a TLS mismatch fails: grpc only says the
+    socket closed (plaintext against TLS, or no client certificate for mutual TLS) or that the
+    handshake failed."""
+    if "handshake" in error.lower():
+        return ": the TLS handshake failed; check target.tls.root_certs (the CA that signed the " \
+            "server's certificate) and that the address matches the certificate"
+    if "socket closed" not in error.lower():
+        return ""
+    if not tls:
+        return ": if the server speaks TLS, set target.tls"
+    if not client_cert:
+        return ": if the server requires mutual TLS, set target.tls.client_cert and client_key"
+    return ""
+
+
 class ServerControl:
     """A gRPC control client for one server, on raw stubs over a channel we own.
 
@@ -110,6 +126,7 @@ class ServerControl:
         target = target or TargetSpec()
         self.metrics_url = metrics_url or target.metrics
         self.metadata = tuple(target.headers) or None
+        self.tls = target.tls
         self.channel = make_channel(address, target)
         self.stub = service_pb2_grpc.GRPCInferenceServiceStub(self.channel)
 
@@ -151,6 +168,7 @@ class ServerControl:
             time.sleep(0.2)
         raise TargetError(
             f"Triton at {self.address} is not reachable over gRPC ({last or 'not live'})"
+            + tls_hint(last, self.tls is not None, bool(self.tls and self.tls.client_cert))
         )
 
     def model_info(self, name: str) -> ModelInfo | str:
