@@ -161,3 +161,48 @@ def served_as_counted(control: Any, main: Callable[[], Coroutine[Any, Any, int]]
     served = asyncio.run(main())
     assert control.counters(("dense",))["dense"].success - before == served
     return served
+
+
+def test_frames_split_across_reads_arrive_whole(triton, control, monkeypatch) -> None:
+    """The fast path cuts whole frames out of each read and keeps the rest for the next one.
+    Here every read the server's bytes produce is fed to it 7 bytes at a time (frame headers
+    and messages split anywhere, h2's frames too): stream and unary replies and a status error
+    must all arrive intact, and the server's count must match."""
+    import loadkit.drive.wire as wire_module
+
+    whole = wire_module.Connection.data_received
+
+    def in_pieces(self: wire_module.Connection, data: bytes) -> None:
+        for i in range(0, len(data), 7):
+            whole(self, data[i : i + 7])
+
+    expected = len(asyncio.run(_one_stream_reply(triton)))
+    monkeypatch.setattr(wire_module.Connection, "data_received", in_pieces)
+
+    async def main() -> int:
+        wire = Wire(triton.grpc_address, TargetSpec(triton.grpc_address))
+        conn = await wire.connection()
+        stream = conn.open(STREAM)
+        for _ in range(20):
+            conn.send(stream, dense_request())
+            assert len(await asyncio.wait_for(stream.next_message(), 5)) == expected
+        assert len(await unary(wire, dense_request())) > 1024
+        with pytest.raises(InferError) as err:
+            await unary(wire, dense_request(255))  # wrong byte size: a status, not a reply
+        assert err.value.code == "INVALID_ARGUMENT", err.value
+        assert await wire.connection() is conn
+        wire.close()
+        return 21
+
+    assert served_as_counted(control, main) == 21
+
+
+async def _one_stream_reply(triton: Any) -> bytes:
+    """One stream reply read without any splitting, to compare sizes against."""
+    wire = Wire(triton.grpc_address, TargetSpec(triton.grpc_address))
+    conn = await wire.connection()
+    stream = conn.open(STREAM)
+    conn.send(stream, dense_request())
+    reply = await asyncio.wait_for(stream.next_message(), 5)
+    wire.close()
+    return reply
