@@ -37,6 +37,11 @@ TOOLS = ROOT / "bench" / ".tools"
 PERF_ANALYZER = TOOLS / "perf_analyzer"
 # perf_analyzer's stability window: it reports the last this-many measurement windows, merged.
 STABILITY_WINDOWS = 3
+# The server's own time per request (Triton's statistics), as loadkit's results name its parts
+# and as perf_analyzer's CSV does.
+SERVER_PARTS = ("queue_us", "compute_input_us", "compute_infer_us", "compute_output_us")
+PA_SERVER_COLUMNS = ("Server Queue", "Server Compute Input", "Server Compute Infer",
+                     "Server Compute Output")
 
 SCENARIO = """
 name: bench
@@ -70,8 +75,11 @@ def perf_analyzer_load(level: str) -> list[str]:
 
 
 def run_loadkit(
-    address: str, level: str, seconds: float, work: Path, transport: str
+    address: str, level: str, seconds: float, work: Path, transport: str,
+    alone: bool = True,
 ) -> dict[str, Any]:
+    """One loadkit run. `alone`: the only client, so its count must equal the server's delta
+    (with perf_analyzer beside it, the server counts both)."""
     scen = work / "loadkit.yaml"
     scen.write_text(
         SCENARIO.format(load=loadkit_load(level), seconds=seconds, transport=transport)
@@ -89,22 +97,25 @@ def run_loadkit(
         raise SystemExit(f"loadkit run failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n"
                          f"{proc.stderr[-2000:]}\nevents: {events[-2000:]}")
     step = json.loads((out / "results.json").read_text())["phases"][0]["steps"][0]
-    served = step["server"]["dense"]["success"]
-    if served != step["requests"]:
+    server = step["server"]["dense"]
+    served = server["success"]
+    if alone and served != step["requests"]:
         raise SystemExit(f"accounting broke: client {step['requests']} != server {served}")
     result = {
         "infer_s": step["throughput"],
         "cpu_us_per_inference": round(step["generator"]["cpu_s"] / served * 1e6, 1),
         "p50_us": step["latency_us"]["p50"],
+        "p90_us": step["latency_us"]["p90"],
         "p99_us": step["latency_us"]["p99"],
         "served": served,
+        "server_us": round(sum(server[k] for k in SERVER_PARTS), 1),
     }
     if is_rate(level):
         # perf_analyzer times a request from its actual send; loadkit's headline latency counts
         # from the scheduled send (coordinated omission). Compare like with like, keep both.
         service = step["open_loop"]["service_latency_us"]
         result.update(
-            p50_us=service["p50"], p99_us=service["p99"],
+            p50_us=service["p50"], p90_us=service["p90"], p99_us=service["p99"],
             p50_from_schedule_us=step["latency_us"]["p50"],
             p99_from_schedule_us=step["latency_us"]["p99"],
         )
@@ -128,15 +139,8 @@ def _perf_analyzer_once(
     streaming: bool,
 ) -> dict | None:
     csv_path = work / f"pa-{time.monotonic_ns()}.csv"
-    env = {**os.environ, "LD_LIBRARY_PATH": str(TOOLS / "lib")}
     before = control.counters(("dense",))["dense"].success
-    proc = subprocess.Popen(
-        [str(PERF_ANALYZER), "-m", "dense", "-i", "grpc", "-u", address,
-         *perf_analyzer_load(level), "--measurement-interval", str(int(seconds * 1000)),
-         "--max-trials", "10", "--stability-percentage", str(stability), "--shape", "INPUT0:256",
-         "-f", str(csv_path), *(["--streaming"] if streaming else [])],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )
+    proc = start_perf_analyzer(address, level, seconds, stability, streaming, csv_path)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     output = proc.stdout.read() if proc.stdout else ""
@@ -146,15 +150,67 @@ def _perf_analyzer_once(
             return None
         raise SystemExit(f"perf_analyzer failed ({proc.returncode}):\n{output[-2000:]}")
     served = control.counters(("dense",))["dense"].success - before
-    row = next(csv.DictReader(csv_path.open()))
     return {
-        "infer_s": float(row["Inferences/Second"]),
+        **perf_analyzer_csv(csv_path),
         "cpu_us_per_inference": round((usage.ru_utime + usage.ru_stime) / served * 1e6, 1),
-        "p50_us": float(row["p50 latency"]),
-        "p99_us": float(row["p99 latency"]),
         "served": served,
         "stability_percentage": stability,
     }
+
+
+def start_perf_analyzer(
+    address: str, level: str, seconds: float, stability: int, streaming: bool, csv_path: Path
+) -> subprocess.Popen[str]:
+    env = {**os.environ, "LD_LIBRARY_PATH": str(TOOLS / "lib")}
+    return subprocess.Popen(
+        [str(PERF_ANALYZER), "-m", "dense", "-i", "grpc", "-u", address,
+         *perf_analyzer_load(level), "--measurement-interval", str(int(seconds * 1000)),
+         "--max-trials", "10", "--stability-percentage", str(stability), "--shape", "INPUT0:256",
+         "-f", str(csv_path), *(["--streaming"] if streaming else [])],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+
+
+def perf_analyzer_csv(csv_path: Path) -> dict[str, float]:
+    row = next(csv.DictReader(csv_path.open()))
+    return {
+        "infer_s": float(row["Inferences/Second"]),
+        "p50_us": float(row["p50 latency"]),
+        "p90_us": float(row["p90 latency"]),
+        "p99_us": float(row["p99 latency"]),
+        "server_us": float(sum(float(row[c]) for c in PA_SERVER_COLUMNS)),
+    }
+
+
+def run_together(
+    address: str, rate: float, seconds: float, work: Path, transport: str
+) -> dict[str, Any] | None:
+    """Both clients at once, each at half the rate, on the same server in the same seconds: the
+    server's stalls and the VM's drift then fall on both alike, so any difference in what they
+    report is the clients' own. perf_analyzer starts first; loadkit measures one window long
+    enough to cover perf_analyzer's three (a perf_analyzer that needs more windows than that to
+    settle, or never does, leaves the pair out)."""
+    half = f"{rate / 2:g}/s"
+    csv_path = work / f"pa-together-{time.monotonic_ns()}.csv"
+    t0 = time.monotonic()
+    pa = start_perf_analyzer(address, half, seconds, 50, transport == "stream", csv_path)
+    lk_seconds = seconds * (STABILITY_WINDOWS + 1)
+    try:
+        lk = run_loadkit(address, half, lk_seconds, work, transport, alone=False)
+    finally:
+        output = pa.communicate(timeout=seconds * 12 + 60)[0]
+    pa_wall = time.monotonic() - t0
+    if pa.returncode != 0 or not csv_path.is_file():
+        print(f"together: perf_analyzer failed or never stable ({pa.returncode}): "
+              f"{output[-300:]}", file=sys.stderr)
+        return None
+    # loadkit measured from ~3 s after the start (its start-up, 2 s warm-up) for lk_seconds
+    if pa_wall > lk_seconds + 6:
+        print(f"together: perf_analyzer ran {pa_wall:.0f} s, past loadkit's window; pair left "
+              "out", file=sys.stderr)
+        return None
+    return {"loadkit": lk, "perf_analyzer": perf_analyzer_csv(csv_path),
+            "perf_analyzer_wall_s": round(pa_wall, 1)}
 
 
 def hdr_record_cost_us(samples: int = 200_000) -> float:
@@ -183,6 +239,9 @@ def main() -> int:
                     help="perf_analyzer's measurement window; loadkit measures 3x this")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--transport", default="stream", choices=("stream", "unary"))
+    ap.add_argument("--together", default="1000",
+                    help="total rate for the runs where both clients send at once, each half "
+                         "of it ('' = none)")
     args = ap.parse_args()
     if not PERF_ANALYZER.is_file():
         print(f"{PERF_ANALYZER} missing: run bench/setup_perf_analyzer.sh", file=sys.stderr)
@@ -233,11 +292,14 @@ def main() -> int:
                     continue
                 ratios = {
                     k: spread([p["loadkit"][k] / p["perf_analyzer"][k] for p in pairs])
-                    for k in ("infer_s", "cpu_us_per_inference", "p50_us", "p99_us")
+                    for k in ("infer_s", "cpu_us_per_inference", "p50_us", "p99_us",
+                              "server_us")
                 }
                 report["levels"][level] = {
                     "pairs": pairs, "ratios": ratios, "dropped_pairs": unstable
                 }
+            if args.together:
+                report["together"] = together(server.grpc_address, args, work)
     finally:
         control.close()
         server.stop()
@@ -250,6 +312,26 @@ def main() -> int:
     return 0
 
 
+def together(address: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    rate = float(args.together)
+    pairs = []
+    for i in range(args.pairs):
+        pair = run_together(address, rate, args.seconds, work, args.transport)
+        if pair is None:
+            continue
+        pairs.append(pair)
+        lk, pa = pair["loadkit"], pair["perf_analyzer"]
+        print(f"together {rate:g}/s pair {i + 1}: p99 loadkit {lk['p99_us']:.0f} us, "
+              f"perf_analyzer {pa['p99_us']:.0f} us", file=sys.stderr, flush=True)
+    out: dict[str, Any] = {"rate": rate, "pairs": pairs, "dropped_pairs": args.pairs - len(pairs)}
+    if pairs:
+        out["ratios"] = {
+            k: spread([p["loadkit"][k] / p["perf_analyzer"][k] for p in pairs])
+            for k in ("p50_us", "p90_us", "p99_us", "server_us")
+        }
+    return out
+
+
 def table(report: dict[str, Any]) -> str:
     lines = [
         f"HDR record: {report['hdr_record_us']} us/sample. Medians over {report['pairs']} A/B "
@@ -259,26 +341,44 @@ def table(report: dict[str, Any]) -> str:
         f"{report['transport']}, perf_analyzer {report['perf_analyzer_mode']}; ratio = loadkit / "
         "perf_analyzer as median (min-max).",
         "",
-        "| load | client | infer/s | CPU us/infer | p50 us | p99 us |",
-        "|---:|---|---:|---:|---:|---:|",
+        "| load | client | infer/s | CPU us/infer | p50 us | p99 us | server us |",
+        "|---:|---|---:|---:|---:|---:|---:|",
     ]
-    keys = ("infer_s", "cpu_us_per_inference", "p50_us", "p99_us")
+    keys = ("infer_s", "cpu_us_per_inference", "p50_us", "p99_us", "server_us")
     for level, data in report["levels"].items():
         c = level if is_rate(level) else f"c={level}"
         if not data["pairs"]:
-            lines.append(f"| {c} | (perf_analyzer never stable: no pair) | | | | |")
+            lines.append(f"| {c} | (perf_analyzer never stable: no pair) | | | | | |")
             continue
-        for who in ("perf_analyzer", "loadkit"):
-            med = [statistics.median(p[who][k] for p in data["pairs"]) for k in keys]
-            lines.append(f"| {c} | {who} | {med[0]:.0f} | {med[1]:.0f} | {med[2]:.0f} | "
-                         f"{med[3]:.0f} |")
-        r = data["ratios"]
-        lines.append(
-            f"| {c} | ratio | " + " | ".join(
-                f"{r[k]['median']:.2f} ({r[k]['min']:.2f}-{r[k]['max']:.2f})" for k in keys
-            ) + " |"
-        )
+        lines += _rows(c, data, keys)
+    both = report.get("together")
+    if both:
+        lines += [
+            "",
+            f"Both at once, each at {both['rate'] / 2:g}/s on the same server in the same "
+            f"seconds ({len(both['pairs'])} runs, {both['dropped_pairs']} left out): what each "
+            "client reports of the same server.",
+            "",
+            "| load | client | p50 us | p90 us | p99 us | server us |",
+            "|---:|---|---:|---:|---:|---:|",
+        ]
+        if both["pairs"]:
+            lines += _rows(f"{both['rate']:g}/s shared", both,
+                           ("p50_us", "p90_us", "p99_us", "server_us"))
     return "\n".join(lines)
+
+
+def _rows(label: str, data: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
+    """Median of each client over the pairs, then the ratio median (min-max)."""
+    out = []
+    for who in ("perf_analyzer", "loadkit"):
+        med = [statistics.median(p[who].get(k, 0) for p in data["pairs"]) for k in keys]
+        out.append(f"| {label} | {who} | " + " | ".join(f"{m:.0f}" for m in med) + " |")
+    r = data["ratios"]
+    out.append(f"| {label} | ratio | " + " | ".join(
+        f"{r[k]['median']:.2f} ({r[k]['min']:.2f}-{r[k]['max']:.2f})" if k in r else ""
+        for k in keys) + " |")
+    return out
 
 
 if __name__ == "__main__":
