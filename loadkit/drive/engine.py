@@ -271,44 +271,77 @@ class Engine:
             lane.task.cancel()
 
     async def _run_lane(self, lane: Lane) -> None:
-        assert self._gate is not None and self._loop is not None
-        gate, loop = self._gate, self._loop
-        names, payloads, pick, rng = self.names, self.payloads, self.pick, lane.rng
-        think = self.think_time_s
-        recorder = self.recorder
-        slot = lane.slot
+        assert self._gate is not None
+        gate = self._gate
         try:
             while not lane.stopping:
                 if not gate.is_set():
                     await gate.wait()
-                    continue
-                if self.arrivals is not None:
+                elif self.arrivals is not None:
                     await self._run_schedule(lane, self.arrivals)
-                    continue
-                i = pick(rng)
-                window = recorder.window
-                fut: asyncio.Future[Result] = loop.create_future()
-                self._send(slot, payloads[i], fut.set_result)
-                try:
-                    latency_us, size, error, _, own_us = await fut
-                except asyncio.CancelledError:
-                    slot.done = None  # counted (as CANCELLED) by the abandon below
-                    raise
-                name = names[i]
-                if window is not None:
-                    if error is None:
-                        window.record(name, latency_us)
-                        window.own_us += own_us
-                    else:
-                        window.error(name, error.code)
-                self.completions.append(Completion(name, latency_us, size, error))
-                if think > 0 and not lane.stopping:
-                    await asyncio.sleep(think)
+                else:
+                    await self._run_closed(lane)
         except asyncio.CancelledError:
             pass
         finally:
             self._lanes.discard(lane)
-            self._abandon(slot, "CANCELLED", "the user stopped")
+            lane.slot.done = None  # a request cut off here is not counted (the user stopped)
+            self._abandon(lane.slot, "CANCELLED", "the user stopped")
+
+    async def _run_closed(self, lane: Lane) -> None:
+        """Send the lane's requests back to back until the gate closes or the lane stops.
+
+        A chain of callbacks, not a coroutine step per request: the next request leaves from
+        the completion of the last one, inside the read that brought the reply, and so in the
+        write that ends that read (wire.py flushes there). A task and a future per request
+        cost two event-loop iterations between a reply and the next send (~15 µs at one in
+        flight, 10% of loadkit's time per request there)."""
+        gate, loop = self._gate, self._loop
+        assert gate is not None and loop is not None
+        names, payloads, pick, rng = self.names, self.payloads, self.pick, lane.rng
+        think, recorder, completions = self.think_time_s, self.recorder, self.completions
+        slot = lane.slot
+        over: asyncio.Future[None] = loop.create_future()
+        sending = False
+        pause: asyncio.TimerHandle | None = None
+
+        def send_next() -> None:
+            nonlocal sending
+            if lane.stopping or not gate.is_set():
+                if not over.done():
+                    over.set_result(None)
+                return
+            i = pick(rng)
+            sending = True
+            try:
+                self._send(slot, payloads[i], functools.partial(finished, i, recorder.window))
+            finally:
+                sending = False
+
+        def finished(i: int, window: Any, result: Result) -> None:
+            nonlocal pause
+            latency_us, size, error, _, own_us = result
+            name = names[i]
+            if window is not None:
+                if error is None:
+                    window.record(name, latency_us)
+                    window.own_us += own_us
+                else:
+                    window.error(name, error.code)
+            completions.append(Completion(name, latency_us, size, error))
+            if think > 0:
+                pause = loop.call_later(think, send_next)
+            elif sending:  # it failed inside the send itself: no recursion, next iteration
+                loop.call_soon(send_next)
+            else:
+                send_next()
+
+        send_next()
+        try:
+            await over
+        finally:
+            if pause is not None:
+                pause.cancel()
 
     def _send(self, slot: Slot, payload: bytes, done: Done) -> None:
         """Start one request on the slot: on its own bidirectional stream (opened on first use,
