@@ -5,7 +5,8 @@ Why not in the Locust user's greenlet: grpc under gevent (`init_gevent`) cost ~3
 CPU per inference on the bench, ~3.5x perf_analyzer, and on a shared 2-core box every client
 microsecond is taken from the server under test (grpc.aio on this thread still cost 150-330 µs;
 wire.py's framing brought it under perf_analyzer's). Here each Locust user owns one *lane*: a
-coroutine on the engine's asyncio loop that sends that user's requests back to back. The user's
+coroutine on the engine's asyncio loop that waits at the gate and runs the user's requests as a
+chain of callbacks (closed loop: back to back; open loop: on a schedule). The user's
 greenlet only opens and closes its lane, so gevent never touches a request; completions reach
 Locust's statistics in batches (`pump`), and latencies go into the HDR window on the engine
 thread, where they are measured.
