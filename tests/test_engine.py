@@ -83,3 +83,21 @@ def test_latency_runs_from_the_write_to_the_read(triton, tmp_path, transport: st
     # the generator's own framing is inside the latency, and small beside the server's 20 ms
     assert 0 < step["generator"]["own_us_per_request"] < 2_000, step["generator"]
     assert "us of each latency was loadkit's own framing" in (out / "summary.md").read_text()
+
+
+def test_think_time_paces_each_user(triton, tmp_path) -> None:
+    """`think_time` is a pause between a user's reply and its next request (the closed loop's
+    callback chain schedules the next send after it). 3 users, 50 ms think, 2 s measured: no
+    user can send more than 2 / 0.05 + 1 requests, and without the pause a user sends hundreds
+    per second here. Every request still equals the server's count."""
+    scenario = SCENARIO.format(transport="stream", timeout="10s", config="").replace(
+        "phases:", "think_time: 50ms\nphases:").replace("concurrency: [1, 6]", "concurrency: 3")
+    scen = write(tmp_path / "s.yaml", scenario)
+    out = tmp_path / "r"
+    proc = loadkit("run", str(scen), "--target", triton.grpc_address, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (step,) = results(out)["phases"][0]["steps"]
+    ceiling = 3 * (step["duration_s"] / 0.05 + 1)
+    assert 0.5 * ceiling < step["requests"] <= ceiling, (step["requests"], ceiling)
+    assert step["server"]["dense"]["success"] == step["requests"]
+    assert step["errors"] == {}
