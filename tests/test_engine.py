@@ -54,8 +54,10 @@ def test_slow_responses_hit_the_deadline_and_are_counted(triton, tmp_path, trans
     for step in results(out)["phases"][0]["steps"]:
         assert step["requests"] == 0, "nothing can succeed within the deadline"
         n = step["errors"].get("DEADLINE_EXCEEDED", 0)
-        # each user fails one request per 0.2 s deadline: about 10 per user in a 2 s step
+        # each user fails one request per 0.2 s deadline: about 10 per user in a 2 s step, and
+        # never more (a request that failed before its deadline would be a bookkeeping bug)
         assert n >= 5 * step["load"]["concurrency"], step["errors"]
+        assert n <= step["load"]["concurrency"] * (step["duration_s"] / 0.2 + 1), step["errors"]
         assert set(step["errors"]) == {"DEADLINE_EXCEEDED"}
 
 

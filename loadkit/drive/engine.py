@@ -296,28 +296,23 @@ class Engine:
         the completion of the last one, inside the read that brought the reply, and so in the
         write that ends that read (wire.py flushes there). A task and a future per request
         cost two event-loop iterations between a reply and the next send (~15 µs at one in
-        flight, 10% of loadkit's time per request there)."""
+        flight, 10% of loadkit's time per request there). After a failure the next request
+        waits one iteration: a deadline's cancel must finish with the slot first."""
         gate, loop = self._gate, self._loop
         assert gate is not None and loop is not None
         names, payloads, pick, rng = self.names, self.payloads, self.pick, lane.rng
         think, recorder, completions = self.think_time_s, self.recorder, self.completions
         slot = lane.slot
         over: asyncio.Future[None] = loop.create_future()
-        sending = False
         pause: asyncio.TimerHandle | None = None
 
         def send_next() -> None:
-            nonlocal sending
             if lane.stopping or not gate.is_set():
                 if not over.done():
                     over.set_result(None)
                 return
             i = pick(rng)
-            sending = True
-            try:
-                self._send(slot, payloads[i], functools.partial(finished, i, recorder.window))
-            finally:
-                sending = False
+            self._send(slot, payloads[i], functools.partial(finished, i, recorder.window))
 
         def finished(i: int, window: Any, result: Result) -> None:
             nonlocal pause
@@ -332,10 +327,12 @@ class Engine:
             completions.append(Completion(name, latency_us, size, error))
             if think > 0:
                 pause = loop.call_later(think, send_next)
-            elif sending:  # it failed inside the send itself: no recursion, next iteration
-                loop.call_soon(send_next)
-            else:
+            elif error is None:
                 send_next()
+            else:
+                # Failures end inside a cancel, a reset, a lost connection or the send itself,
+                # whose callers still hold the slot: the next request waits one iteration.
+                loop.call_soon(send_next)
 
         send_next()
         try:
@@ -524,7 +521,10 @@ class Engine:
         """Reset the slot's call, if it has one (the stream is opened again on the next send);
         a request still waiting for its connection ends here."""
         call, conn, slot.call = slot.call, slot.conn, None
+        seq = slot.seq
         if call is not None and conn is not None:
             conn.cancel(call, InferError(code, details))
-        if slot.sent_ns:  # no call yet (connecting), or its waiter already cleared
+        # no call yet (connecting), or its waiter already cleared; not a request the cancel's
+        # completion went on to send
+        if slot.sent_ns and slot.seq == seq:
             self._reply(slot, None, InferError(code, details))
