@@ -51,7 +51,8 @@ def test_every_request_is_accounted_for(mix_run) -> None:
             assert step["server"][model]["fail"] == 0
         gen = step["generator"]  # the generator's own cost over the window
         assert 0 < gen["cpu_s"] < 2 * step["duration_s"] and gen["rss_mb"] > 20
-        assert gen["cpu_us_per_request"] == round(gen["cpu_s"] / step["requests"] * 1e6, 1)
+        # cpu_s is rounded in the file: within one rounding step (106.25 rounds either way)
+        assert abs(gen["cpu_us_per_request"] - gen["cpu_s"] / step["requests"] * 1e6) <= 0.1
 
 
 def test_mix_lands_near_70_30_by_server_counts(mix_run) -> None:
