@@ -372,12 +372,11 @@ def _rows(label: str, data: dict[str, Any], keys: tuple[str, ...]) -> list[str]:
     """Median of each client over the pairs, then the ratio median (min-max)."""
     out = []
     for who in ("perf_analyzer", "loadkit"):
-        med = [statistics.median(p[who].get(k, 0) for p in data["pairs"]) for k in keys]
+        med = [statistics.median(p[who][k] for p in data["pairs"]) for k in keys]
         out.append(f"| {label} | {who} | " + " | ".join(f"{m:.0f}" for m in med) + " |")
     r = data["ratios"]
     out.append(f"| {label} | ratio | " + " | ".join(
-        f"{r[k]['median']:.2f} ({r[k]['min']:.2f}-{r[k]['max']:.2f})" if k in r else ""
-        for k in keys) + " |")
+        f"{r[k]['median']:.2f} ({r[k]['min']:.2f}-{r[k]['max']:.2f})" for k in keys) + " |")
     return out
 
 

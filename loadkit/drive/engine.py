@@ -301,7 +301,7 @@ class Engine:
         gate, loop = self._gate, self._loop
         assert gate is not None and loop is not None
         names, payloads, pick, rng = self.names, self.payloads, self.pick, lane.rng
-        think, recorder, completions = self.think_time_s, self.recorder, self.completions
+        think, recorder = self.think_time_s, self.recorder
         slot = lane.slot
         over: asyncio.Future[None] = loop.create_future()
         pause: asyncio.TimerHandle | None = None
@@ -316,15 +316,8 @@ class Engine:
 
         def finished(i: int, window: Any, result: Result) -> None:
             nonlocal pause
-            latency_us, size, error, _, own_us = result
-            name = names[i]
-            if window is not None:
-                if error is None:
-                    window.record(name, latency_us)
-                    window.own_us += own_us
-                else:
-                    window.error(name, error.code)
-            completions.append(Completion(name, latency_us, size, error))
+            error = result[2]
+            self._count(names[i], window, result[0], None, result)
             if think > 0:
                 pause = loop.call_later(think, send_next)
             elif error is None:
@@ -484,15 +477,8 @@ class Engine:
             nonlocal in_flight
             in_flight -= 1
             idle.append(slot)
-            latency_us, size, error, end_ns, own_us = result
-            from_schedule_us = (end_ns - scheduled_ns) // 1000
-            if window is not None:
-                if error is None:
-                    window.record(name, from_schedule_us, latency_us)
-                    window.own_us += own_us
-                else:
-                    window.error(name, error.code)
-            self.completions.append(Completion(name, from_schedule_us, size, error))
+            from_schedule_us = (result[3] - scheduled_ns) // 1000
+            self._count(name, window, from_schedule_us, result[0], result)
 
         precise = PreciseTimer.create(loop, tick)
         lane.scheduling = True
@@ -505,6 +491,20 @@ class Engine:
                 precise.close()
             if handle is not None:
                 handle.cancel()
+
+    def _count(self, name: str, window: Any, latency_us: int, service_us: int | None,
+               result: Result) -> None:
+        """One finished request into the step's window (if one is open) and Locust's queue;
+        `latency_us` is what is reported (from the scheduled send in an open loop),
+        `service_us` the latency from the actual send where the two differ."""
+        error = result[2]
+        if window is not None:
+            if error is None:
+                window.record(name, latency_us, service_us)
+                window.own_us += result[4]
+            else:
+                window.error(name, error.code)
+        self.completions.append(Completion(name, latency_us, result[1], error))
 
     async def _watchdog(self) -> None:
         """Per-request deadlines: a late call is reset and fails as DEADLINE_EXCEEDED."""
