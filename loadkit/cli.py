@@ -88,7 +88,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from loadkit.drive.shape import LoadkitShape
     from loadkit.drive.users import TritonUser
     from loadkit.run import Run
-    from loadkit.scenario import check_against_models, load_scenario
+    from loadkit.scenario import (
+        check_against_models,
+        load_scenario,
+        unbatched_models,
+        with_model_facts,
+    )
     from loadkit.server import EmbeddedServer
 
     scenario = load_scenario(args.scenario)
@@ -124,6 +129,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             problems = check_against_models(scenario, infos)
             if problems:
                 raise ScenarioError(problems)
+            scenario = with_model_facts(scenario, unbatched_models(infos))
             distributed = bool(args.workers or args.master)
             run = Run(
                 scenario, address, control, out_dir, embedded=server is not None, seed=args.seed,
@@ -246,8 +252,12 @@ def _drive(run: Any, env: Any, gevent: Any, args: argparse.Namespace, out_dir: P
     code = run.conductor.exit_code
     if code == 0 and run.result.status != "complete":
         code = EXIT_FAILED
-    if code == 0 and any(o["status"] == "fail" for o in run.result.thresholds):
+    from loadkit.slo import FAILING
+
+    if code == 0 and any(o["status"] in FAILING for o in run.result.thresholds):
         code = EXIT_FAILED  # an SLO gate failed: CI reads 1 (2 stays bad input)
+    if run.result.status != "complete":
+        _err(f"run {run.result.status}: {run.result.reason}")
     return code
 
 

@@ -43,4 +43,9 @@ class ServerStartError(LoadkitError):
 
 
 class ControlError(LoadkitError):
-    """Triton refused a model-control request (load, unload, config)."""
+    """Triton refused a control-plane request (load, unload, config, statistics); `code` is
+    the gRPC status name it answered with ("" when the error did not come from a call)."""
+
+    def __init__(self, message: str, code: str = ""):
+        super().__init__(message)
+        self.code = code

@@ -19,6 +19,11 @@ LOWEST_US = 1
 HIGHEST_US = 60_000_000
 SIGNIFICANT_DIGITS = 3
 PERCENTILES = {"p50": 50.0, "p90": 90.0, "p95": 95.0, "p99": 99.0, "p999": 99.9}
+# The server's own words for failures, bounded per step: a step where every request fails the
+# same way keeps one message and its count, a flood of distinct ones keeps the first few.
+MESSAGES_PER_CODE = 5
+MESSAGE_CHARS = 300
+OTHER_MESSAGES = "(other messages)"
 
 
 def new_histogram() -> HdrHistogram:
@@ -85,6 +90,12 @@ class StepWindow:
     late: Counter[str] = field(default_factory=Counter)
     # of the successes' latencies, the µs spent in the generator's own framing (drive/engine.py)
     own_us: int = 0
+    # per status code: the first distinct messages and how often each came (kept_message)
+    messages: dict[str, dict[str, int]] = field(default_factory=dict)
+    # requests that left in this window, and (open loop) the sends the schedule asked for: the
+    # run checks sent == successes + errors and scheduled == sent + dropped from these
+    sent: int = 0
+    scheduled: int = 0
 
     def record(self, template: str, latency_us: int, service_us: int | None = None) -> None:
         h = self.histograms.get(template)
@@ -104,8 +115,18 @@ class StepWindow:
             total.add(h)
         return total
 
-    def error(self, template: str, code: str) -> None:
+    def error(self, template: str, code: str, message: str = "") -> None:
         self.errors.setdefault(template, Counter())[code] += 1
+        self.keep_message(code, message)
+
+    def keep_message(self, code: str, message: str, count: int = 1) -> None:
+        kept = self.messages.get(code)
+        if kept is None:
+            kept = self.messages[code] = {}
+        text = message[:MESSAGE_CHARS] if message else "(no message)"
+        if text not in kept and sum(k != OTHER_MESSAGES for k in kept) >= MESSAGES_PER_CODE:
+            text = OTHER_MESSAGES
+        kept[text] = kept.get(text, 0) + count
 
     def merged(self) -> HdrHistogram:
         total = new_histogram()
@@ -138,6 +159,9 @@ class StepWindow:
             "late": dict(self.late),
             "out_of_range": self.out_of_range,
             "own_us": self.own_us,
+            "messages": {c: dict(m) for c, m in self.messages.items()},
+            "sent": self.sent,
+            "scheduled": self.scheduled,
         }
 
     def add_wire(self, data: dict[str, Any]) -> None:
@@ -155,6 +179,11 @@ class StepWindow:
         self.late.update(data["late"])
         self.out_of_range += int(data["out_of_range"])
         self.own_us += int(data.get("own_us", 0))
+        for code, kept in data.get("messages", {}).items():
+            for text, n in kept.items():
+                self.keep_message(code, text, int(n))
+        self.sent += int(data.get("sent", 0))
+        self.scheduled += int(data.get("scheduled", 0))
 
 
 class Recorder:

@@ -39,6 +39,13 @@ class StepResult:
     service_histograms: dict[str, str] = field(default_factory=dict)
     # Distributed runs only: how many workers sent load, which replied, which were lost.
     workers: dict[str, Any] = field(default_factory=dict)
+    # Per status code, the first distinct messages the server (or the connection) gave, with
+    # counts: [{"message": ..., "count": ...}] (record.MESSAGES_PER_CODE at most, truncated).
+    error_messages: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    # The run's own check that every request is accounted for (accounting.check_step).
+    accounting: dict[str, Any] = field(default_factory=dict)
+    # Models whose server statistics could not be read for this step, and why (never zeros).
+    server_unavailable: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -48,6 +55,8 @@ class StepResult:
             out.pop("open_loop")
         if not self.workers:
             out.pop("workers")
+        if not self.server_unavailable:
+            out.pop("server_unavailable")
         return out
 
 
@@ -79,7 +88,7 @@ class RunResult:
     embedded: bool
     started_at: str
     finished_at: str = ""
-    status: str = "running"  # running | complete | interrupted | aborted
+    status: str = "running"  # running | complete | failed | interrupted | aborted
     reason: str = ""
     phases: list[PhaseResult] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)

@@ -48,6 +48,7 @@ class Run:
             else DriveContext(scenario, self.plan, address, seed)
         )
         self.batch_sizes = {n: scenario.requests[n].batch_size for n in scenario.mix}
+        self.template_models = {n: scenario.requests[n].model for n in scenario.mix}
         self.controller = Controller(
             control, scenario.models, self.result.events, scenario.target.reload_timeout_s
         )

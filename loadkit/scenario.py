@@ -40,6 +40,9 @@ MAX_CONCURRENCY = 10_000
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*(us|µs|ms|s|m|h))+\s*$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(us|µs|ms|s|m|h)")
 _UNIT_S = {"us": 1e-6, "µs": 1e-6, "ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib)\s*$", re.IGNORECASE)
+_SIZE_UNITS = {"b": 1, "kb": 1 << 10, "kib": 1 << 10, "mb": 1 << 20, "mib": 1 << 20,
+               "gb": 1 << 30, "gib": 1 << 30}
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -64,6 +67,9 @@ class RequestTemplate:
     inputs: tuple[InputSpec, ...]
     outputs: tuple[str, ...] = ()
     version: str = ""
+    # False for a model without batching (max_batch_size 0): its tensors carry no batch
+    # dimension. Only the server knows; with_model_facts() fills it in after the check.
+    batched: bool = True
 
 
 @dataclass(frozen=True)
@@ -96,6 +102,7 @@ class TargetSpec:
     on_server_loss: str = "abort"
     server_loss_wait_s: float = 10.0
     reload_timeout_s: float = 120.0  # a config swap slower than this fails its phase
+    max_message_bytes: int = 4 << 20  # a larger response is RESOURCE_EXHAUSTED, as in grpc
 
 
 @dataclass(frozen=True)
@@ -341,6 +348,20 @@ class _Checker:
             return None
         return seconds
 
+    def size(self, value: Any, path: KeyPath) -> int | None:
+        """A byte count: an integer, or a string such as '4MB', '64 KiB' (MB = 2**20 bytes, as
+        grpc's limits are written)."""
+        m = _SIZE.match(value) if isinstance(value, str) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+        if m is not None:
+            n = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+            if n > 0:
+                return n
+        self.add(path, f"expected a size in bytes such as 4MB, 512KB or 4194304; found "
+                       f"{_found(value)}")
+        return None
+
     def env(self, value: str, path: KeyPath) -> str:
         def sub(m: re.Match[str]) -> str:
             var = m.group(1)
@@ -505,7 +526,7 @@ def _target(ck: _Checker, raw: Any) -> TargetSpec:
     path: KeyPath = ("target",)
     m = ck.mapping(
         raw, path, ("grpc", "tls", "headers", "timeout", "metrics", "transport",
-                    "on_server_loss", "server_loss_wait", "reload_timeout"),
+                    "on_server_loss", "server_loss_wait", "reload_timeout", "max_message_size"),
     )
     if m is None:
         return TargetSpec()
@@ -557,9 +578,12 @@ def _target(ck: _Checker, raw: Any) -> TargetSpec:
     reload_s = 120.0
     if "reload_timeout" in m:
         reload_s = ck.duration(m["reload_timeout"], (*path, "reload_timeout"), False) or reload_s
+    max_bytes = 4 << 20
+    if "max_message_size" in m:
+        max_bytes = ck.size(m["max_message_size"], (*path, "max_message_size")) or max_bytes
     return TargetSpec(
         grpc_addr, tls, tuple(headers), timeout or 10.0, tuple(ck.secrets), metrics, transport,
-        policy, wait_s, reload_s,
+        policy, wait_s, reload_s, max_bytes,
     )
 
 
@@ -877,6 +901,22 @@ class ModelInfo:
     max_batch_size: int
     inputs: dict[str, tuple[str, tuple[int, ...]]]
     outputs: dict[str, tuple[str, tuple[int, ...]]]
+    decoupled: bool = False  # model_transaction_policy.decoupled: several responses a request
+    sequence: bool = False  # sequence_batching: requests need correlation ids
+
+
+def unbatched_models(models: dict[str, ModelInfo | str]) -> list[str]:
+    return sorted(m for m, i in models.items() if isinstance(i, ModelInfo) and
+                  i.max_batch_size == 0)
+
+
+def with_model_facts(scenario: Scenario, unbatched: list[str]) -> Scenario:
+    """The scenario with what only the server knows: which templates' models do not batch."""
+    requests = {
+        n: dataclasses.replace(t, batched=t.model not in unbatched)
+        for n, t in scenario.requests.items()
+    }
+    return dataclasses.replace(scenario, requests=requests)
 
 
 def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str]) -> list[Problem]:
@@ -890,6 +930,19 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
             reason = f": {info}" if isinstance(info, str) else ""
             problems.append(
                 src.problem((*base, "model"), f"the server has no ready model '{t.model}'{reason}")
+            )
+            continue
+        if info.sequence or info.decoupled:
+            kind = (
+                "uses sequence batching (every request needs a correlation id and START/END "
+                "flags)" if info.sequence else
+                "is decoupled (a request gets several responses; loadkit would count each as a "
+                "request)"
+            )
+            problems.append(
+                src.problem((*base, "model"), f"model '{t.model}' {kind}: loadkit cannot "
+                            "measure such a model yet; expected a model without "
+                            f"{'sequence_batching' if info.sequence else 'decoupled transactions'}")
             )
             continue
         if info.max_batch_size == 0 and t.batch_size != 1:

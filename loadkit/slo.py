@@ -22,7 +22,7 @@ class Outcome:
     threshold: str  # e.g. "p99" or "p99[dense_b1]"
     limit: float
     value: float | None  # the worst step's value; None when there was nothing to measure
-    status: str  # pass | fail | skipped
+    status: str  # pass | fail | no data | skipped
     step: str = ""  # the worst step's load label
     message: str = ""
     where: str = ""  # file:line of the threshold in the scenario
@@ -56,10 +56,17 @@ def step_value(t: Threshold, step: dict[str, Any]) -> float | None:
             errors, ok = c["errors"], c["requests"]
         return errors / (errors + ok) if errors + ok else None
     if t.metric == "min_throughput":
-        return float(step["throughput"])
+        sent = step["requests"] + sum(step["errors"].values())
+        return float(step["throughput"]) if sent else None
     if t.metric == "max_dropped":
-        return float(step.get("open_loop", {}).get("dropped_ratio", 0.0))
+        ol = step.get("open_loop", {})
+        return float(ol["dropped_ratio"]) if ol.get("scheduled") else None
     raise ValueError(f"unknown metric {t.metric}")
+
+
+def applies(t: Threshold, step: dict[str, Any]) -> bool:
+    """max_dropped speaks of an open loop's schedule; a closed-loop step has none."""
+    return t.metric != "max_dropped" or bool(step.get("open_loop"))
 
 
 def holds(t: Threshold, value: float | None) -> bool:
@@ -84,31 +91,37 @@ def check_phase(thresholds: tuple[Threshold, ...], phase: dict[str, Any]) -> lis
                 )
             )
             continue
+        steps = [s for s in phase["steps"] if applies(t, s)]
+        if not steps:
+            out.append(Outcome(phase["name"], t.name, t.limit, None, "skipped", "",
+                               f"{t.metric} applies to open-loop steps only", t.where))
+            continue
         worst: tuple[float | None, str] = (None, "")
         worst_rank = (False, float("-inf"))
-        failed = False
-        for step in phase["steps"]:
+        failed, empty = False, ""
+        for step in steps:
             v = step_value(t, step)
+            if v is None:  # nothing measured: never a pass
+                empty = empty or load_label(step["load"])
+                continue
             ok = holds(t, v)
-            badness = float("inf") if v is None else (-v if t.metric == "min_throughput" else v)
+            badness = -v if t.metric == "min_throughput" else v
             rank = (not ok, badness)
             if rank > worst_rank:
                 worst, worst_rank = (v, load_label(step["load"])), rank
             failed = failed or not ok
         value, label = worst
         relation = ">=" if t.metric == "min_throughput" else "<="
-        if value is None:
-            message = f"nothing measured at {label} (no successful requests)"
-        else:
+        if failed or not empty:
             message = (
                 f"{fmt_value(t.metric, value)} at {label}; expected {relation} {limit_text}"
             )
-        out.append(
-            Outcome(
-                phase["name"], t.name, t.limit, value, "fail" if failed else "pass", label,
-                message, t.where,
-            )
-        )
+            status = "fail" if failed else "pass"
+        else:
+            label, status = empty, "no data"
+            message = f"nothing measured at {empty} (no request sent or none succeeded)"
+        out.append(Outcome(phase["name"], t.name, t.limit, value, status, label, message,
+                           t.where))
     return out
 
 
@@ -122,15 +135,18 @@ def evaluate(plan: Plan, results: dict[str, Any]) -> list[Outcome]:
     return out
 
 
+FAILING = ("fail", "no data")  # a gate checked over nothing does not pass
+
+
 def failed(outcomes: list[Outcome]) -> list[Outcome]:
-    return [o for o in outcomes if o.status == "fail"]
+    return [o for o in outcomes if o.status in FAILING]
 
 
 def table(outcomes: list[dict[str, Any]]) -> str:
     """The pass/fail table `loadkit run` prints and summary.md ends with."""
     if not outcomes:
         return ""
-    n_fail = sum(o["status"] == "fail" for o in outcomes)
+    n_fail = sum(o["status"] in FAILING for o in outcomes)
     lines = [
         f"## Thresholds: {'FAILED' if n_fail else 'passed'} "
         f"({len(outcomes) - n_fail} of {len(outcomes)} hold)",
@@ -155,7 +171,7 @@ def junit_xml(suite: str, outcomes: list[dict[str, Any]]) -> str:
     root = ET.Element("testsuites")
     ts = ET.SubElement(
         root, "testsuite", name=suite, tests=str(len(outcomes)),
-        failures=str(sum(o["status"] == "fail" for o in outcomes)),
+        failures=str(sum(o["status"] in FAILING for o in outcomes)),
         skipped=str(sum(o["status"] == "skipped" for o in outcomes)),
     )
     for o in outcomes:
@@ -163,7 +179,7 @@ def junit_xml(suite: str, outcomes: list[dict[str, Any]]) -> str:
             ts, "testcase", classname=f"{suite}.{o['phase']}", name=o["threshold"],
             file=o["where"].rsplit(":", 1)[0] if o["where"] else "",
         )
-        if o["status"] == "fail":
+        if o["status"] in FAILING:
             ET.SubElement(case, "failure", message=o["message"]).text = (
                 f"{o['where']}: {o['threshold']} {o['message']}"
             )

@@ -20,7 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedServer:
     log = tmp_path_factory.mktemp("triton") / "tritonserver.log"
-    server = EmbeddedServer(models=("dense", "cnn"), log_path=log)
+    server = EmbeddedServer(models=("dense", "cnn", "add_sub", "accumulate", "repeat", "blob"),
+                            log_path=log)
     server.start()
     yield server
     server.stop()
@@ -81,3 +82,17 @@ def dense_cnn(
     name: str = "t", w1: int = 70, w2: int = 30, conc: str = "[2, 4]", dur: str = "3s"
 ) -> str:
     return DENSE_CNN.format(name=name, w1=w1, w2=w2, conc=conc, dur=dur)
+
+
+def wait_for(condition: Any, timeout: float, what: str = "condition", poll: float = 0.02) -> Any:
+    """Poll `condition()` until it is truthy and return its value; fail at the deadline."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        time.sleep(poll)

@@ -97,7 +97,7 @@ def test_verdict_names_what_broke() -> None:
     slo = parse_slo("p99<10ms")
     step = {"status": "ok", "requests": 100, "errors": {"UNAVAILABLE": 5}, "client": {},
             "throughput": 10.0, "latency_us": {"p99": 12_000.0},
-            "open_loop": {"dropped_ratio": 0.0}}
+            "open_loop": {"dropped_ratio": 0.0, "scheduled": 105}}
     ok, broken = verdict(slo, step)
     assert not ok and broken == ["p99 12.000 ms", "error_rate 4.76%"]
 

@@ -11,9 +11,10 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
-from conftest import ROOT, results, write
+from conftest import ROOT, results, wait_for, write
 
 from loadkit.report.units import ms
 
@@ -128,3 +129,68 @@ def test_triton_tab_shows_the_numbers_of_results_json(ui) -> None:
     assert status == 200 and b"<html" in body.lower()
     live = json.loads(_get(url + "/loadkit/status")[1])
     assert live["status"] == "complete" and Path(live["out_dir"]) == out
+
+
+def _ui_process(triton: Any, tmp_path: Path) -> tuple[subprocess.Popen[str], str, Path]:
+    from loadkit.drive.workers import free_port
+
+    port = free_port()
+    out = tmp_path / "report"
+    scen = write(tmp_path / "ui.yaml", SCENARIO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadkit", "ui", str(scen), "--target", triton.grpc_address,
+         "--web-port", str(port), "--out", str(out)],
+        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+
+    def up() -> bool:
+        try:
+            return _get(url + "/")[0] == 200
+        except OSError:
+            return False
+
+    wait_for(up, 60, "the web UI")
+    return proc, url, out
+
+
+def _swarm(url: str) -> None:
+    req = urllib.request.Request(url + "/swarm", data=b"user_count=1&spawn_rate=1",
+                                 method="POST")
+    with urllib.request.urlopen(req, timeout=10) as r:
+        assert json.loads(r.read())["success"]
+
+
+@pytest.mark.parametrize("when", ["idle", "running", "finished"])
+def test_ctrl_c_ends_loadkit_ui_at_any_point(triton, tmp_path, when) -> None:
+    """SIGINT before a run, during one and after one ends `loadkit ui` (Locust, the run and
+    its configs) within seconds; what it prints at the end is loadkit's HDR summary, not
+    Locust's whole-millisecond tables."""
+    proc, url, out = _ui_process(triton, tmp_path)
+    try:
+        if when != "idle":
+            _swarm(url)
+            if when == "running":
+                wait_for(lambda: (out / "results.json").exists() and results(out)["phases"],
+                         60, "the first phase to start")
+            else:
+                wait_for(lambda: (out / "results.json").exists()
+                         and results(out)["status"] == "complete", 90, "the run to finish")
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            pytest.fail("loadkit ui did not exit within 30 s of SIGINT")
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert "Response time percentiles" not in stdout + stderr
+    if when == "idle":
+        assert proc.returncode == 0
+        return
+    data = results(out)
+    assert "Latencies in ms from HDR histograms" in stdout
+    if when == "running":
+        assert proc.returncode == 130 and data["status"] == "interrupted", data["status"]
+    else:
+        assert proc.returncode == 0 and data["status"] == "complete"

@@ -7,8 +7,9 @@ accumulate from phase to phase. Every model touched is restored at the end, also
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
@@ -34,19 +35,22 @@ class ReloadTimeout(ControlError):
 class Snapshot:
     counters: dict[str, ModelCounters]
     metrics: MetricsSnapshot
+    unavailable: dict[str, str] = field(default_factory=dict)  # model -> why no counters
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
-def _explain(message: str) -> str:
-    if "explicit" in message.lower() or "polling" in message.lower():
+def _explain(exc: ControlError) -> str:
+    # Triton answers a load on a server that polls its repository (or has model control off)
+    # with UNAVAILABLE; a refused config is INVALID_ARG / INTERNAL.
+    if exc.code == "UNAVAILABLE":
         return (
-            "the server is not in explicit model-control mode (start tritonserver with "
-            f"--model-control-mode=explicit to let loadkit swap configs): {message}"
+            f"{exc} (if the server is not in explicit model-control mode, start tritonserver "
+            "with --model-control-mode=explicit to let loadkit swap configs)"
         )
-    return message
+    return str(exc)
 
 
 class Controller:
@@ -59,10 +63,8 @@ class Controller:
         self.models = models
         self.original: dict[str, dict[str, Any]] = {}
         self.applied: dict[str, dict[str, Any]] = {}
+        self.applied_phase: dict[str, str] = {}  # which phase's overlay each model runs
         self.events = events
-
-    def counters(self) -> dict[str, ModelCounters]:
-        return self.control.counters(self.models)
 
     def server_live(self) -> bool:
         return self.control.is_live()
@@ -74,14 +76,14 @@ class Controller:
         instant the client saw its last response could miss it (and the next window would
         count it). The counters are read until two reads SETTLE_S apart agree.
         """
-        counters = self.control.counters(self.models)
+        counters = self.control.read_counters(self.models)
         for _ in range(SETTLE_TRIES):
             time.sleep(SETTLE_S)
-            again = self.control.counters(self.models)
+            again = self.control.read_counters(self.models)
             if again == counters:
                 break
             counters = again
-        return Snapshot(counters, self.control.metrics())
+        return Snapshot(counters[0], self.control.metrics(), counters[1])
 
     def _original(self, model: str) -> dict[str, Any]:
         if model not in self.original:
@@ -94,15 +96,17 @@ class Controller:
         try:
             self.control.load(model, config, timeout_s)
         except ControlError as exc:
-            if time.monotonic() - t0 >= timeout_s * 0.99:
+            if exc.code == "DEADLINE_EXCEEDED":
                 raise ReloadTimeout(
-                    f"model '{model}' did not load within {timeout_s:g} s (target.reload_timeout)"
+                    f"model '{model}' did not load within {timeout_s:g} s (target.reload_timeout)",
+                    exc.code,
                 ) from None
-            raise ControlError(_explain(str(exc))) from None
+            raise ControlError(_explain(exc), exc.code) from None
         deadline = time.monotonic() + timeout_s
         while not self.control.model_ready(model):
             if time.monotonic() > deadline:
-                raise ReloadTimeout(f"model '{model}' was not ready {timeout_s:g} s after load")
+                raise ReloadTimeout(f"model '{model}' was not ready {timeout_s:g} s after load",
+                                    "DEADLINE_EXCEEDED")
             time.sleep(0.05)
         return round(time.monotonic() - t0, 3)
 
@@ -160,6 +164,7 @@ class Controller:
                     result.reason += "; back on its last good config"
                 return
             self.applied[model] = overlay
+            self.applied_phase[model] = phase.name
             self.events.append(
                 {
                     "at": _now(),
@@ -192,10 +197,23 @@ class Controller:
                 {"at": _now(), "event": "model_reloaded", "model": model, "reload_s": reload_s}
             )
 
-    def restore(self) -> None:
-        """Load every model we changed back to its config from before the run."""
+    def restore(self) -> list[dict[str, str]]:
+        """Load every model we changed back to its config from before the run; every model is
+        tried. Returns what could not be restored: model, the config it was left on, why."""
+        failures = []
         for model in list(self.applied):
             if self.applied[model]:
-                self._load(model, self.original[model])
+                try:
+                    self._load(model, self.original[model])
+                except ControlError as exc:
+                    phase = self.applied_phase.get(model, "?")
+                    failures.append({
+                        "model": model,
+                        "left_on": f"phase '{phase}' overlay {json.dumps(self.applied[model])}",
+                        "detail": f"{exc} (left on phase '{phase}''s config "
+                                  f"{json.dumps(self.applied[model])})",
+                    })
+                    continue
                 self.events.append({"at": _now(), "event": "config_restored", "model": model})
             del self.applied[model]
+        return failures

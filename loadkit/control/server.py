@@ -143,7 +143,7 @@ class ServerControl:
         try:
             return getattr(self.stub, method)(request, timeout=timeout_s, metadata=self.metadata)
         except grpc.RpcError as exc:
-            raise ControlError(exc.details() or exc.code().name) from None
+            raise ControlError(exc.details() or exc.code().name, exc.code().name) from None
 
     def is_live(self, timeout_s: float = 1.0) -> bool:
         """False only when the server cannot be reached at all (refused, reset): a stalled or
@@ -188,25 +188,39 @@ class ServerControl:
             return {t.name: (t.datatype, tuple(int(d) for d in t.shape)) for t in items}
 
         return ModelInfo(
-            name, int(cfg.get("max_batch_size", 0)), tensors(meta.inputs), tensors(meta.outputs)
+            name, int(cfg.get("max_batch_size", 0)), tensors(meta.inputs), tensors(meta.outputs),
+            decoupled=bool(cfg.get("model_transaction_policy", {}).get("decoupled", False)),
+            sequence="sequence_batching" in cfg,
         )
 
     def config(self, name: str) -> dict[str, Any]:
         resp = self._call("ModelConfig", service_pb2.ModelConfigRequest(name=name), 10)
         return MessageToDict(resp.config, preserving_proto_field_name=True)
 
-    def counters(self, models: tuple[str, ...]) -> dict[str, ModelCounters]:
-        out = {}
+    def read_counters(
+        self, models: tuple[str, ...]
+    ) -> tuple[dict[str, ModelCounters], dict[str, str]]:
+        """(counters of the models whose statistics were read, {model: why not} for the rest):
+        a failed read is never taken for zeros."""
+        out: dict[str, ModelCounters] = {}
+        missing: dict[str, str] = {}
         for name in models:
             try:
                 resp = self._call(
                     "ModelStatistics", service_pb2.ModelStatisticsRequest(name=name), 10
                 )
-            except ControlError:
-                out[name] = ModelCounters()
+            except ControlError as exc:
+                missing[name] = f"statistics unavailable ({exc})"
                 continue
             stats = MessageToDict(resp, preserving_proto_field_name=True)
             out[name] = _counters(stats.get("model_stats", []))
+        return out, missing
+
+    def counters(self, models: tuple[str, ...]) -> dict[str, ModelCounters]:
+        """Every model's counters; ControlError when one cannot be read."""
+        out, missing = self.read_counters(models)
+        if missing:
+            raise ControlError("; ".join(f"{m}: {why}" for m, why in missing.items()))
         return out
 
     def load(self, name: str, config: dict[str, Any] | None = None,

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import gevent
 from gevent.event import Event
 
+from loadkit.accounting import check_step, verdict
 from loadkit.control.controller import Snapshot
 from loadkit.control.metrics import diff_metrics
 from loadkit.control.server import diff_counters
@@ -48,6 +49,7 @@ def build_step_result(
     duration_s: float,
     status: str,
     batch_sizes: dict[str, int],
+    template_models: dict[str, str],
 ) -> StepResult:
     window = got.window
     merged = window.merged()
@@ -70,17 +72,28 @@ def build_step_result(
     }
     server: dict[str, Any] = {}
     metrics: dict[str, Any] = {}
+    models = {n: m for n, m in template_models.items() if n in batch_sizes}
+    unavailable: dict[str, str] = {}
     if before is not None and after is not None:
-        server = {
-            m: diff_counters(before.counters[m], after.counters[m])
-            for m in after.counters
-            if m in before.counters
-        }
+        unavailable = {**before.unavailable, **after.unavailable}
+        for m in after.counters:
+            if m not in before.counters:
+                continue
+            if after.counters[m].success < before.counters[m].success:
+                unavailable[m] = ("its statistics restarted during the step (the model was "
+                                  "loaded again)")
+                continue
+            server[m] = diff_counters(before.counters[m], after.counters[m])
         metrics = diff_metrics(before.metrics, after.metrics, tuple(after.counters))
+    else:
+        why = "the server's statistics could not be read " + (
+            "before the step" if before is None else "after the step")
+        unavailable = dict.fromkeys(models.values(), why)
     cpu = got.cpu_s
     generator: dict[str, Any] = {
         "cpu_s": round(cpu, 4),
-        "cpu_us_per_request": round(cpu / requests * 1e6, 1) if requests else 0.0,
+        # per request sent, failed ones included: they cost the generator as much
+        "cpu_us_per_request": round(cpu / window.sent * 1e6, 1) if window.sent else 0.0,
         "cpu_util": round(cpu / duration_s, 3) if duration_s > 0 else 0.0,
         "rss_mb": round(got.rss_bytes / 2**20, 1),
         # the mean µs of each latency spent in loadkit's own framing (in the latency, as a C
@@ -92,8 +105,8 @@ def build_step_result(
         a = step.arrivals
         dropped = sum(window.dropped.values())
         late = sum(window.late.values())
-        sent = requests + sum(errors.values())
-        scheduled = sent + dropped
+        sent = window.sent
+        scheduled = window.scheduled
         open_loop = {
             "rate": a.rate,
             "arrival": a.arrival,
@@ -131,6 +144,12 @@ def build_step_result(
         open_loop=open_loop,
         service_histograms=window.encoded_service(),
         workers=got.workers,
+        error_messages={
+            code: [{"message": t, "count": n} for t, n in kept.items()]
+            for code, kept in window.messages.items()
+        },
+        accounting=check_step(window, models, server, unavailable, step.arrivals is not None),
+        server_unavailable=unavailable,
     )
 
 
@@ -200,15 +219,31 @@ class Conductor:
             self.current = None
             self._set_stage("restoring", 0)
             try:
-                run.controller.restore()
-            except Exception as exc:
-                run.result.events.append(
-                    {"at": utcnow(), "event": "restore_failed", "detail": str(exc)}
-                )
+                failures = run.controller.restore()
+            except Exception as exc:  # the control plane itself broke: every model is unknown
+                failures = [{"model": m, "detail": str(exc)} for m in run.controller.applied]
+            for failure in failures:
+                run.result.events.append({"at": utcnow(), "event": "restore_failed", **failure})
+            self._judge()
             run.result.finished_at = utcnow()
             run.save(final=True)
             self.stage = "done"
             self.finished.set()
+
+    def _judge(self) -> None:
+        """A run that walked its phases is `failed` (exit 1) when what it measured is known to
+        be wrong or empty (accounting.verdict); an interrupted or aborted run keeps its status
+        and exit code, with the same reasons added."""
+        result = self.run.result
+        reasons = verdict(result.to_json())
+        if not reasons:
+            return
+        if result.status == "complete":
+            result.status = "failed"
+            result.reason = "; ".join(reasons)
+        else:
+            result.reason = "; ".join([result.reason, *reasons])
+        self.exit_code = self.exit_code or 1
 
     def _walk_phase(self, phase: PhasePlan, pr: PhaseResult) -> None:
         """The phase's planned steps, in order (drive/search.py chooses them as it goes)."""
@@ -237,7 +272,7 @@ class Conductor:
         runner = self.run.environment.runner
         deadline = time.monotonic() + SPAWN_WAIT_S
         while runner is not None and runner.user_count != count and time.monotonic() < deadline:
-            if not self._sleep(0.05):
+            if not self._sleep(0.05) or self.run.drive.missing_senders():
                 return
 
     def _watch(self, seconds: float) -> bool:
@@ -267,6 +302,10 @@ class Conductor:
         self.target = (users, max(1000.0, users * 100.0))
         self._set_stage("spawning", 0)
         self._wait_users(users)
+        missing = drive.missing_senders()
+        if missing:  # e.g. every worker was refused: nothing can be measured
+            self.abort(f"{missing}; stopped before step {step.key}", 1, "aborted")
+            return
         self._set_stage("warm-up", step.warmup_s)
         drive.begin(step, record=False)
         if step.warmup_s > 0 and not self._watch(step.warmup_s):
@@ -294,9 +333,15 @@ class Conductor:
         ok = completed and got.drained and not lost and after is not None
         result = build_step_result(
             step, got, before, after, started_at, duration, "ok" if ok else "partial",
-            run.batch_sizes,
+            run.batch_sizes, run.template_models,
         )
         pr.steps.append(result)
+        if result.accounting["status"] == "mismatch":
+            log.warning("step %s: accounting mismatch: %s", step.key, result.accounting["reason"])
+            run.result.events.append(
+                {"at": utcnow(), "event": "accounting_mismatch", "step": step.key,
+                 "detail": result.accounting["reason"]}
+            )
         if self.lost_at:
             self._await_server(step)
 

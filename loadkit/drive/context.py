@@ -123,6 +123,10 @@ class DriveContext:
     def users_for(self, step: Step) -> int:
         return step.concurrency
 
+    def missing_senders(self) -> str:
+        """Why no load could be sent ('' always: this process sends it itself)."""
+        return ""
+
     def begin(self, step: Step, record: bool, arrivals: Arrivals | None = None) -> None:
         """Open the gate for a warm-up (record=False) or a measured window."""
         self.engine.set_arrivals(arrivals if arrivals is not None else step.arrivals)

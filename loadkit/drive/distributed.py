@@ -26,9 +26,10 @@ from locust.runners import STATE_MISSING
 
 from loadkit.drive.conductor import utcnow
 from loadkit.drive.context import Collected, DriveContext
+from loadkit.drive.transport import prepare
 from loadkit.plan import Arrivals, Plan, Step, build_plan
 from loadkit.record import StepWindow
-from loadkit.scenario import Scenario
+from loadkit.scenario import Scenario, with_model_facts
 
 log = logging.getLogger("loadkit.distributed")
 
@@ -41,9 +42,39 @@ WATCH_S = 0.5
 SEED_STRIDE = 100_003  # worker i's schedule seed: seed + i * stride (worker 0 = one process)
 
 
-def plan_id(plan: Plan) -> str:
-    """Master and workers must walk the same plan; they compare this at connect."""
-    return hashlib.sha256(repr(plan).encode()).hexdigest()[:16]
+def fingerprint(scenario: Scenario, plan: Plan) -> dict[str, str]:
+    """What master and workers must agree on, field by field: the plan's loads, the request
+    templates and the bytes they send, the mix, the thresholds' values. Never a file path (a
+    worker is handed the absolute path of a file the user typed relative), nor the config
+    overlays (only the master applies them)."""
+    out: dict[str, str] = {}
+
+    def put(key: str, value: object) -> None:
+        data = value if isinstance(value, bytes) else repr(value).encode()
+        out[key] = hashlib.sha256(data).hexdigest()[:16]
+
+    put("mix", sorted(scenario.mix.items()))
+    put("think_time", scenario.think_time_s)
+    put("target", (scenario.target.timeout_s, scenario.target.transport))
+    for name, t in sorted(scenario.requests.items()):
+        put(f"requests.{name}", (t.model, t.version, t.batch_size, t.batched, t.outputs))
+        put(f"requests.{name}.bytes", prepare(t))
+    put("phases", [p.name for p in plan.phases])
+    for p in plan.phases:
+        put(f"phases.{p.name}.load",
+            [(s.concurrency, s.warmup_s, s.duration_s, s.arrivals) for s in p.steps])
+        put(f"phases.{p.name}.thresholds",
+            ([(t.metric, t.limit, t.template) for t in p.thresholds.items],
+             p.thresholds.abort_on_fail))
+    return out
+
+
+def first_difference(mine: dict[str, str], theirs: dict[str, str]) -> str | None:
+    """The first field (in the master's order) where two fingerprints differ, or None."""
+    for key in [*theirs, *(k for k in mine if k not in theirs)]:
+        if mine.get(key) != theirs.get(key):
+            return key
+    return None
 
 
 def share(a: Arrivals, users: int, total: int, index: int) -> dict[str, Any]:
@@ -64,9 +95,11 @@ class MasterDrive:
     def __init__(self, scenario: Scenario, address: str, events: list[dict[str, Any]]):
         self.scenario = scenario
         self.plan = build_plan(scenario)
-        self.plan_id = plan_id(self.plan)
+        self.fingerprint = fingerprint(scenario, self.plan)
+        self.unbatched = sorted({t.model for t in scenario.requests.values() if not t.batched})
         self.address = address
         self.events = events
+        self.refused: dict[str, str] = {}  # worker -> why it did not join
         self.timeout_s = scenario.target.timeout_s
         self.runner: Any = None
         self.seq = 0
@@ -103,11 +136,16 @@ class MasterDrive:
     def _on_hello(self, environment: Any, msg: Any, **_: Any) -> None:
         """A worker's handlers are registered only once it is connected, so it asks."""
         self.runner.send_message(
-            SETUP, {"address": self.address, "plan": self.plan_id}, client_id=msg.node_id
+            SETUP,
+            {"address": self.address, "fingerprint": self.fingerprint,
+             "unbatched": self.unbatched},
+            client_id=msg.node_id,
         )
         self.events.append({"at": utcnow(), "event": "worker_joined", "worker": msg.node_id})
 
     def _on_refused(self, environment: Any, msg: Any, **_: Any) -> None:
+        self.refused[msg.node_id] = msg.data.get("reason", "")
+        log.error("worker %s refused: %s", msg.node_id, self.refused[msg.node_id])
         self.events.append(
             {"at": utcnow(), "event": "worker_refused", "worker": msg.node_id,
              "detail": msg.data.get("reason", "")}
@@ -146,8 +184,17 @@ class MasterDrive:
         if self.runner is None:
             return {}
         return {
-            c.id: c.user_count for c in self.runner.clients.all if c.state != STATE_MISSING
+            c.id: c.user_count for c in self.runner.clients.all
+            if c.state != STATE_MISSING and c.id not in self.refused
         }
+
+    def missing_senders(self) -> str:
+        """Why no load could be sent now ('' when some worker can send)."""
+        if self.workers():
+            return ""
+        refused = "; ".join(f"worker {w} refused: {why}" for w, why in self.refused.items())
+        return "no Locust worker is connected to send load" + (f" ({refused})" if refused
+                                                                else "")
 
     def users_for(self, step: Step) -> int:
         """Closed loop: the step's users, spread by Locust. Open loop: one schedule per worker."""
@@ -224,9 +271,9 @@ class WorkerAgent:
 
     def __init__(self, environment: Any, scenario: Scenario, seed: int = 0):
         self.environment = environment
+        self.file_scenario = scenario
         self.scenario = scenario
         self.plan = build_plan(scenario)
-        self.plan_id = plan_id(self.plan)
         self.seed = seed
         self.address = ""
         self.drive: DriveContext | None = None
@@ -238,7 +285,7 @@ class WorkerAgent:
         environment.events.report_to_master.add_listener(self._on_report)
         environment.events.test_stop.add_listener(self._on_test_stop)
         environment.loadkit = self
-        runner.send_message(HELLO, {"plan": self.plan_id})
+        runner.send_message(HELLO, {})
 
     def _new_drive(self) -> DriveContext:
         index = getattr(self.environment.runner, "worker_index", 0)
@@ -247,10 +294,14 @@ class WorkerAgent:
         return drive
 
     def _on_setup(self, environment: Any, msg: Any, **_: Any) -> None:
-        if msg.data["plan"] != self.plan_id:
+        self.scenario = with_model_facts(self.file_scenario, msg.data.get("unbatched", []))
+        self.plan = build_plan(self.scenario)
+        differs = first_difference(fingerprint(self.scenario, self.plan),
+                                   msg.data["fingerprint"])
+        if differs is not None:
             reason = (
-                "this worker's scenario differs from the master's (different file or version); "
-                "start every worker with the master's scenario file"
+                f"this worker's scenario differs from the master's at '{differs}' (different "
+                "file or version); start every worker with the master's scenario file"
             )
             log.error(reason)
             environment.runner.send_message(REFUSED, {"reason": reason})

@@ -33,7 +33,7 @@ from typing import Any
 from tritonclient.grpc import service_pb2
 
 from loadkit.drive.timer import PreciseTimer
-from loadkit.drive.wire import Call, Connection, InferError, Reply, Wire, frame
+from loadkit.drive.wire import Call, Connection, InferError, Reply, StreamsFull, Wire, frame
 from loadkit.plan import Arrivals
 from loadkit.record import Recorder
 from loadkit.scenario import TargetSpec
@@ -72,6 +72,8 @@ class Slot:
     seq: int = 0  # which request the slot carries, so a late connect never sends a stale one
     done: Done | None = None
     reply: Reply | None = None  # the Call waiter for this slot, bound once (Engine._reply)
+    stream_wait: int = 0  # waiting for a free HTTP/2 stream: the server's limit, else 0
+    payload: bytes = b""  # the request in flight, sent again if the server refuses its stream
 
 
 @dataclass(eq=False)
@@ -312,7 +314,10 @@ class Engine:
                     over.set_result(None)
                 return
             i = pick(rng)
-            self._send(slot, payloads[i], functools.partial(finished, i, recorder.window))
+            window = recorder.window
+            if window is not None:
+                window.sent += 1
+            self._send(slot, payloads[i], functools.partial(finished, i, window))
 
         def finished(i: int, window: Any, result: Result) -> None:
             nonlocal pause
@@ -345,6 +350,7 @@ class Engine:
         self._busy.add(slot)
         slot.seq += 1
         slot.done = done
+        slot.payload = payload
         slot.sent_ns = time.perf_counter_ns()
         assert self._wire is not None and self._loop is not None
         conn = self._wire.live()
@@ -376,13 +382,31 @@ class Engine:
                 slot.conn.cancel(call, InferError("CANCELLED", "moved to a new connection"))
             try:
                 call = conn.open(MODEL_INFER if unary else MODEL_STREAM_INFER, unary)
+            except StreamsFull:  # as a grpc call does, wait for a stream the server frees
+                slot.call, slot.stream_wait = None, conn.stream_limit
+                conn.wait_stream(functools.partial(self._retry_put, slot, slot.seq, payload))
+                return
             except InferError as exc:
                 slot.call = None
                 self._reply(slot, None, exc)
                 return
-            slot.call, slot.conn = call, conn
+            slot.call, slot.conn, slot.stream_wait = call, conn, 0
         conn.send(call, payload, end_stream=unary)
         call.wait(slot.reply)
+
+    def _retry_put(self, slot: Slot, seq: int, payload: bytes) -> None:
+        """A stream was freed (or the connection is going away): send the waiting request on
+        the live connection, unless its deadline abandoned it meanwhile."""
+        assert self._wire is not None and self._loop is not None
+        conn = self._wire.live()
+        if slot.seq != seq or not slot.sent_ns:
+            if conn is not None:
+                conn.release_waiting()  # the stream it was woken for goes to the next one
+            return
+        if conn is None:
+            self._loop.create_task(self._connect_and_put(slot, seq, payload))
+        else:
+            self._put(slot, conn, payload)
 
     def _reply(self, slot: Slot, message: bytes | None, error: InferError | None) -> None:
         """The slot's request ended: account for it, then tell whoever sent it.
@@ -391,6 +415,13 @@ class Engine:
         its callback, so both include the client's own framing. How much of it was loadkit's
         (h2's pure-Python framing before the socket write and after the socket read) is
         `own_us`, reported per step so a reader sees what the generator added."""
+        if error is not None and error.refused and slot.sent_ns:
+            # the server did not take the stream (over its limit as it counts): send again on
+            # a new stream, within the same deadline
+            slot.call = None
+            assert self._loop is not None
+            self._loop.call_soon(self._retry_put, slot, slot.seq, slot.payload)
+            return
         end_ns = time.perf_counter_ns()
         latency_us = (end_ns - slot.sent_ns) // 1000
         own_us = 0
@@ -453,12 +484,16 @@ class Engine:
                 window = recorder.window
                 scheduled_ns = int(next_ns)
                 next_ns += rng.expovariate(1.0) * mean_ns if poisson else mean_ns
+                if window is not None:
+                    window.scheduled += 1
                 if in_flight >= cap:
                     if window is not None:
                         window.dropped[names[i]] += 1
                     continue
-                if window is not None and now - scheduled_ns > tolerance_ns:
-                    window.late[names[i]] += 1
+                if window is not None:
+                    window.sent += 1
+                    if now - scheduled_ns > tolerance_ns:
+                        window.late[names[i]] += 1
                 slot = idle.pop() if idle else Slot()
                 in_flight += 1
                 self._send(slot, payloads[i], functools.partial(
@@ -503,7 +538,7 @@ class Engine:
                 window.record(name, latency_us, service_us)
                 window.own_us += result[4]
             else:
-                window.error(name, error.code)
+                window.error(name, error.code, error.details)
         self.completions.append(Completion(name, latency_us, result[1], error))
 
     async def _watchdog(self) -> None:
@@ -522,6 +557,10 @@ class Engine:
         a request still waiting for its connection ends here."""
         call, conn, slot.call = slot.call, slot.conn, None
         seq = slot.seq
+        if slot.stream_wait:
+            details += (f" (it waited for a free HTTP/2 stream: the server allows "
+                        f"{slot.stream_wait} at once on a connection)")
+            slot.stream_wait = 0
         if call is not None and conn is not None:
             conn.cancel(call, InferError(code, details))
         # no call yet (connecting), or its waiter already cleared; not a request the cancel's

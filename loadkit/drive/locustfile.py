@@ -14,11 +14,14 @@ by step.
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import gevent
 import gevent.monkey
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
@@ -30,8 +33,14 @@ from loadkit.drive.shape import LoadkitShape
 from loadkit.drive.users import TritonUser
 from loadkit.errors import LoadkitError, ScenarioError
 from loadkit.run import Run
-from loadkit.scenario import check_against_models, load_scenario
+from loadkit.scenario import (
+    check_against_models,
+    load_scenario,
+    unbatched_models,
+    with_model_facts,
+)
 from loadkit.server import EmbeddedServer
+from loadkit.slo import FAILING
 
 __all__ = ["LoadkitShape", "TritonUser"]
 
@@ -81,6 +90,7 @@ class _Session:
         problems = check_against_models(self.scenario, infos)
         if problems:
             raise ScenarioError(problems)
+        self.scenario = with_model_facts(self.scenario, unbatched_models(infos))
         self.environment = environment
 
     def new_run(self) -> Run:
@@ -136,12 +146,43 @@ def _on_init(environment: Any, **_: Any) -> None:
         sys.exit(2)
     session.new_run()
     webui.install(environment)
+    _hdr_summary_instead_of_locusts()
+    interrupted = {"signal": 0}
+
+    def _on_sigint() -> None:
+        """Ctrl-C at any point: an unpatched process never sees KeyboardInterrupt while the
+        gevent hub waits (seen: idle after a finished run, Triton still up), so SIGINT takes
+        Locust's own SIGTERM path: quitting fires, the run stops, the server goes."""
+        interrupted["signal"] = signal.SIGINT
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    gevent.signal_handler(signal.SIGINT, _on_sigint)
 
     @environment.events.quitting.add_listener
     def _on_quit(**_: Any) -> None:
         run = environment.loadkit
         if run.conductor.greenlet is not None and not run.conductor.finished.is_set():
-            run.conductor.abort("Locust quit", 0)
+            run.conductor.abort("interrupted" if interrupted["signal"] else "Locust quit", 0)
             run.conductor.finished.wait(30)
         session.close()
+        if (Path(run.out_dir) / "summary.md").exists():
+            print((Path(run.out_dir) / "summary.md").read_text())
         print(f"loadkit report: {run.out_dir}", file=sys.stderr)
+        if environment.process_exit_code is None and run.conductor.greenlet is not None:
+            failed = run.result.status != "complete" or any(
+                o["status"] in FAILING for o in run.result.thresholds)
+            environment.process_exit_code = (130 if interrupted["signal"] and
+                                             run.result.status == "interrupted" else int(failed))
+
+
+def _hdr_summary_instead_of_locusts() -> None:
+    """At exit Locust prints its own tables, whole milliseconds from its own statistics; the
+    run's summary (HDR, µs) is printed instead (quitting, above). Locust looks these up on its
+    stats module at call time."""
+    import locust.stats
+
+    def quiet(*_: Any, **__: Any) -> None:
+        return None
+
+    for name in ("print_stats", "print_percentile_stats", "print_error_report"):
+        setattr(locust.stats, name, quiet)

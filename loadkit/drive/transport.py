@@ -13,9 +13,10 @@ from tritonclient.grpc import service_pb2
 from loadkit.scenario import DTYPES, InputSpec, RequestTemplate
 
 
-def input_array(spec: InputSpec, batch_size: int) -> np.ndarray:
-    """The tensor one template sends: [batch, *shape], filled as the scenario says."""
-    shape = (batch_size, *spec.shape)
+def input_array(spec: InputSpec, batch_size: int, batched: bool = True) -> np.ndarray:
+    """The tensor one template sends: [batch, *shape] (a model without batching: [*shape]),
+    filled as the scenario says."""
+    shape = (batch_size, *spec.shape) if batched else spec.shape
     dtype = np.dtype(DTYPES[spec.dtype])
     if spec.data == "zeros":
         return np.zeros(shape, dtype)
@@ -28,7 +29,8 @@ def input_array(spec: InputSpec, batch_size: int) -> np.ndarray:
         arr = np.load(spec.file, allow_pickle=False).astype(dtype)
         if arr.shape == spec.shape:
             arr = np.broadcast_to(arr, shape)
-        return np.resize(arr, shape)  # [n, *shape] files are cycled to the batch size
+        # [n, *shape] files are cycled to the batch size (a model without batching: first row)
+        return np.resize(arr, shape)
     rng = np.random.default_rng(spec.seed)
     if dtype.kind == "f":
         return rng.random(shape).astype(dtype)
@@ -42,7 +44,7 @@ def prepare(template: RequestTemplate) -> bytes:
     """Serialize one ModelInferRequest for the template (the bytes every call reuses)."""
     req = service_pb2.ModelInferRequest(model_name=template.model, model_version=template.version)
     for spec in template.inputs:
-        arr = input_array(spec, template.batch_size)
+        arr = input_array(spec, template.batch_size, template.batched)
         tensor = req.inputs.add()
         tensor.name = spec.name
         tensor.datatype = spec.dtype

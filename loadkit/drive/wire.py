@@ -38,14 +38,23 @@ BACKOFF_S = (0.2, 2.0)  # first and longest wait between connection attempts (as
 # HTTP/2 stream ids are odd 31-bit numbers: a connection has 2^30 of them. Long before the last,
 # the Wire moves new calls to a fresh connection and lets the old one finish what it carries.
 STREAMS_PER_CONNECTION = (1 << 30) - (1 << 16)
+MAX_MESSAGE_BYTES = 4 << 20  # grpc's default receive limit (target.max_message_size)
+
+
+class StreamsFull(Exception):
+    """The server's MAX_CONCURRENT_STREAMS is reached on this connection: wait for a stream."""
 
 
 class InferError(Exception):
     """A failed inference, with the status name the report counts it under."""
 
-    def __init__(self, code: str, details: str):
+    def __init__(self, code: str, details: str, refused: bool = False):
         super().__init__(f"{code}: {details}")
         self.code = code
+        self.details = details
+        # the server never handled the call (REFUSED_STREAM): safe to send again, as grpc's
+        # transparent retry does
+        self.refused = refused
 
 
 def frame(message: bytes) -> bytes:
@@ -65,13 +74,18 @@ class Call:
     call's one message only once the trailers said OK.
     """
 
-    __slots__ = ("stream_id", "unary", "buf", "messages", "waiter", "pending", "end_after",
-                 "error", "ended", "tx_ns", "unacked")
+    __slots__ = ("stream_id", "unary", "parts", "have", "need", "max_size", "messages", "waiter",
+                 "pending", "end_after", "error", "ended", "tx_ns", "unacked", "status_seen")
 
-    def __init__(self, stream_id: int, unary: bool):
+    def __init__(self, stream_id: int, unary: bool, max_size: int = MAX_MESSAGE_BYTES):
         self.stream_id = stream_id
         self.unary = unary
-        self.buf = b""
+        # a message split over frames: its pieces, their length, the length that completes it
+        # (joined once, so a 4 MB reply in 16 KB frames is copied once, not 256 times)
+        self.parts: list[bytes] = []
+        self.have = 0
+        self.need = 0
+        self.max_size = max_size
         self.messages: collections.deque[bytes] = collections.deque()
         self.waiter: Reply | None = None
         self.pending = b""  # bytes the server's flow-control window has no room for yet
@@ -80,22 +94,42 @@ class Call:
         self.ended = False
         self.tx_ns = 0  # when the last message sent on it left in a socket write
         self.unacked = 0  # response bytes taken on the fast path, not yet handed back (window)
+        self.status_seen = False  # grpc-status arrived (trailers, or a trailers-only reply)
 
-    def feed(self, data: bytes) -> None:
-        buf = self.buf + data if self.buf else data
-        while len(buf) >= 5:
-            n = int.from_bytes(buf[1:5], "big")
-            if len(buf) < 5 + n:
+    def feed(self, data: bytes) -> InferError | None:
+        """Take a DATA frame's bytes; an error (a compressed or oversized message, as grpc
+        refuses them) means the caller must reset the stream and end the call with it."""
+        if self.parts:
+            self.parts.append(data)
+            self.have += len(data)
+            if self.have < self.need:
+                return None
+            data = b"".join(self.parts)
+            self.parts, self.have = [], 0
+        pos, end = 0, len(data)
+        while end - pos >= 5:
+            if data[pos]:
+                return InferError("INTERNAL", "the server sent a compressed message, which "
+                                  "loadkit did not ask for (no grpc-accept-encoding)")
+            n = int.from_bytes(data[pos + 1 : pos + 5], "big")
+            if n > self.max_size:
+                return InferError("RESOURCE_EXHAUSTED", f"received message larger than max "
+                                  f"({n} vs. {self.max_size}; target.max_message_size)")
+            if end - pos - 5 < n:
                 break
-            message = buf[5 : 5 + n]
-            buf = buf[5 + n :]
+            message = data[pos + 5 : pos + 5 + n]
+            pos += 5 + n
             waiter = self.waiter
             if waiter is not None and not self.unary:
                 self.waiter = None
                 waiter(message, None)
             else:
                 self.messages.append(message)
-        self.buf = buf
+        if pos < end:
+            rest = data[pos:] if pos else data
+            self.parts, self.have = [rest], len(rest)
+            self.need = 5 + int.from_bytes(rest[1:5], "big") if len(rest) >= 5 else 5
+        return None
 
     def end(self, error: InferError | None = None) -> None:
         """The stream is over (trailers, reset, lost connection): settle the waiter."""
@@ -129,6 +163,8 @@ class Call:
         return fut
 
     def _settle(self, waiter: Reply) -> None:
+        if self.unary and self.ended and not self.status_seen and self.error is None:
+            self.error = InferError("INTERNAL", "the stream ended without a grpc-status")
         if self.messages and not (self.unary and self.error):
             waiter(self.messages.popleft(), None)
         else:
@@ -143,6 +179,16 @@ class _TolerantH2(h2.connection.H2Connection):
 
     def _stream_is_closed_by_reset(self, stream_id: int) -> bool:
         return self._stream_closed_by(stream_id) is not None
+
+    def _receive_goaway_frame(self, frame: Any) -> tuple[list[Any], list[Any]]:
+        """h2 closes the whole connection on a GOAWAY; grpc (RFC 9113, 6.8) lets the streams
+        up to its last_stream_id finish. The connection stays open here for them; the Connection
+        opens nothing new on it, fails the streams above the id and closes when the rest end."""
+        event = h2.events.ConnectionTerminated()
+        event.error_code = h2.errors._error_code_from_int(frame.error_code)
+        event.last_stream_id = frame.last_stream_id
+        event.additional_data = frame.additional_data or None
+        return [], [event]
 
 
 class Connection(asyncio.Protocol):
@@ -169,11 +215,16 @@ class Connection(asyncio.Protocol):
         self.calls: dict[int, Call] = {}
         self.transport: asyncio.Transport | None = None
         self.closed = False
+        self.max_message = target.max_message_bytes
+        self.goaway = ""  # the server said it will close this connection (why); nothing new here
+        self.waiting: collections.deque[Callable[[], None]] = collections.deque()  # for a stream
+        self._loop = asyncio.get_running_loop()
+        # the server's first SETTINGS (its stream limit among them): calls start after it
+        self.settled: asyncio.Future[None] = self._loop.create_future()
         self.opened = 0
         self.retiring = False
         self.corked = False  # set while a caller makes several sends it will flush() itself
         self._flush_soon = False
-        self._loop = asyncio.get_running_loop()
         self.rx_ns = 0  # when the bytes being handled now came off the socket
         self._rx_tail = b""  # the start of a frame the next read completes
         self._unacked = 0  # connection-level bytes taken on the fast path, not yet handed back
@@ -207,7 +258,11 @@ class Connection(asyncio.Protocol):
                         return
                     slow = nxt
                     self._taken(call, length)
-                    call.feed(buf[pos + 9 : nxt])
+                    error = call.feed(buf[pos + 9 : nxt])
+                    if error is not None:
+                        self.cancel(call, error)
+                        if self.closed:
+                            return
             pos = nxt
         self._rx_tail = buf[pos:]
         if slow < pos and not self._h2_receive(buf[slow:pos]):
@@ -241,7 +296,9 @@ class Connection(asyncio.Protocol):
                 self.h2.acknowledge_received_data(ev.flow_controlled_length, ev.stream_id)
                 call = calls.get(ev.stream_id)
                 if call is not None and ev.data:
-                    call.feed(ev.data)
+                    error = call.feed(ev.data)
+                    if error is not None:
+                        self.cancel(call, error)
             elif isinstance(ev, (h2.events.ResponseReceived, h2.events.TrailersReceived)):
                 call = calls.get(ev.stream_id)
                 if call is not None:
@@ -250,32 +307,77 @@ class Connection(asyncio.Protocol):
                 call = calls.pop(ev.stream_id, None)
                 if call is not None:
                     call.end()
+                    self.release_waiting()
             elif isinstance(ev, h2.events.StreamReset):
                 call = calls.pop(ev.stream_id, None)
                 if call is not None:
-                    call.end(InferError(_reset_status(ev.error_code), "stream reset by the server"))
+                    code = ev.error_code
+                    call.end(InferError(_reset_status(code), f"stream reset by the server "
+                                        f"({getattr(code, 'name', code)})",
+                                        refused=code == h2.errors.ErrorCodes.REFUSED_STREAM))
+                    self.release_waiting()
             elif isinstance(ev, h2.events.WindowUpdated):
                 self._send_pending()
+            elif isinstance(ev, h2.events.RemoteSettingsChanged):
+                if not self.settled.done():
+                    self.settled.set_result(None)
+                self.release_waiting()  # MAX_CONCURRENT_STREAMS may have grown
             elif isinstance(ev, h2.events.ConnectionTerminated):
-                self._lose(f"the server closed the connection (GOAWAY {ev.error_code!s})")
-                return False
+                self._goaway(ev)
+        if self.goaway and not self.calls:
+            self.close()
         return not self.closed
+
+    def _goaway(self, ev: h2.events.ConnectionTerminated) -> None:
+        """The server will close: streams above its last_stream_id were never handled and fail
+        (UNAVAILABLE, as grpc retries them elsewhere); the rest run to their end; new calls
+        (and those waiting for a stream) go to a new connection."""
+        code = getattr(ev.error_code, "name", str(ev.error_code))
+        self.goaway = f"the server sent GOAWAY ({code})"
+        last = ev.last_stream_id if ev.last_stream_id is not None else 0
+        for stream_id in [i for i in self.calls if i > last]:
+            call = self.calls.pop(stream_id)
+            call.end(InferError("UNAVAILABLE", f"{self.goaway} before handling this call"))
+        self.release_waiting(every=True)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lose("connection lost" + (f": {exc}" if exc else ""))
 
     # ---- used by the engine ----------------------------------------------------------------
     def open(self, path: bytes, unary: bool = False) -> Call:
-        if self.closed:
-            raise InferError("UNAVAILABLE", "the connection is closed")
+        """A new stream; StreamsFull when the server's MAX_CONCURRENT_STREAMS are in use (the
+        caller waits for one with wait_stream, as a grpc call waits)."""
+        if self.closed or self.goaway:
+            raise InferError("UNAVAILABLE", self.goaway or "the connection is closed")
         stream_id = self.h2.get_next_available_stream_id()
         headers = [(b":path", path), *self.base_headers]
         if unary:
             headers += self.unary_extra
-        self.h2.send_headers(stream_id, headers)
+        try:
+            self.h2.send_headers(stream_id, headers)
+        except h2.exceptions.TooManyStreamsError:
+            raise StreamsFull() from None
         self.opened += 1
-        call = self.calls[stream_id] = Call(stream_id, unary)
+        call = self.calls[stream_id] = Call(stream_id, unary, self.max_message)
         return call
+
+    @property
+    def stream_limit(self) -> int:
+        return int(self.h2.remote_settings.max_concurrent_streams)
+
+    def wait_stream(self, retry: Callable[[], None]) -> None:
+        """`retry` runs (on the loop) once a stream here is free, or the connection is going
+        away (it then finds the live connection itself)."""
+        self.waiting.append(retry)
+
+    def release_waiting(self, every: bool = False) -> None:
+        waiting = self.waiting
+        if not waiting:
+            return
+        n = len(waiting) if every or self.closed or self.goaway else max(
+            0, self.stream_limit - self.h2.open_outbound_streams)
+        for _ in range(min(n, len(waiting))):
+            self._loop.call_soon(waiting.popleft())
 
     def send(self, call: Call, data: bytes, end_stream: bool = False) -> None:
         if call.ended:
@@ -295,7 +397,8 @@ class Connection(asyncio.Protocol):
                 self.h2.reset_stream(call.stream_id, h2.errors.ErrorCodes.CANCEL)
             self.flush_soon()
         call.end(error)
-        if self.retiring and not self.calls:
+        self.release_waiting()
+        if (self.retiring or self.goaway) and not self.calls:
             self.close()
 
     def retire(self) -> None:
@@ -354,9 +457,12 @@ class Connection(asyncio.Protocol):
         fields = dict(headers)
         status = fields.get(b"grpc-status")
         if status is None:
-            if fields.get(b":status", b"200") != b"200":
-                call.error = InferError("UNAVAILABLE", f"HTTP status {fields[b':status'].decode()}")
+            http = fields.get(b":status", b"200")
+            if http != b"200" and call.error is None:  # not a gRPC server (a proxy's page)
+                call.error = InferError(HTTP_STATUS.get(http, "UNKNOWN"),
+                                        f"HTTP status {http.decode()} without a grpc-status")
             return
+        call.status_seen = True
         code = int(status)
         if code != 0:
             message = urllib.parse.unquote(fields.get(b"grpc-message", b"").decode())
@@ -368,6 +474,9 @@ class Connection(asyncio.Protocol):
         calls, self.calls = self.calls, {}
         for call in calls.values():
             call.end(InferError("UNAVAILABLE", why))
+        self.release_waiting(every=True)
+        if not self.settled.done():
+            self.settled.set_result(None)
         if was_open and self.transport is not None:
             self.transport.close()
 
@@ -376,12 +485,23 @@ def _window_update(stream_id: int, increment: int) -> bytes:
     return b"\x00\x00\x04\x08\x00" + stream_id.to_bytes(4, "big") + increment.to_bytes(4, "big")
 
 
+# As grpc maps them (status_conversion.cc): a reset stream's HTTP/2 code -> gRPC status; an HTTP
+# status without grpc-status -> gRPC status (doc/http-grpc-status-mapping.md).
+RESET_STATUS = {
+    h2.errors.ErrorCodes.REFUSED_STREAM: "UNAVAILABLE",
+    h2.errors.ErrorCodes.CANCEL: "CANCELLED",
+    h2.errors.ErrorCodes.ENHANCE_YOUR_CALM: "RESOURCE_EXHAUSTED",
+    h2.errors.ErrorCodes.INADEQUATE_SECURITY: "PERMISSION_DENIED",
+}
+HTTP_STATUS = {
+    b"400": "INTERNAL", b"401": "UNAUTHENTICATED", b"403": "PERMISSION_DENIED",
+    b"404": "UNIMPLEMENTED", b"429": "UNAVAILABLE", b"502": "UNAVAILABLE",
+    b"503": "UNAVAILABLE", b"504": "UNAVAILABLE",
+}
+
+
 def _reset_status(code: Any) -> str:
-    if code == h2.errors.ErrorCodes.REFUSED_STREAM:
-        return "UNAVAILABLE"
-    if code == h2.errors.ErrorCodes.CANCEL:
-        return "CANCELLED"
-    return "INTERNAL"
+    return RESET_STATUS.get(code, "INTERNAL")
 
 
 class Wire:
@@ -403,6 +523,10 @@ class Wire:
         """The connection new calls go on, if there is one now."""
         conn = self.conn
         if conn is None or conn.closed:
+            return None
+        if conn.goaway:  # it finishes its streams on its own, then closes
+            self.retired.add(conn)
+            self.conn = None
             return None
         if conn.opened >= STREAMS_PER_CONNECTION:
             conn.retire()
@@ -443,6 +567,24 @@ class Wire:
             self._retry_at = time.monotonic() + self._backoff
             self._backoff = min(self._backoff * 2, BACKOFF_S[1])
             raise InferError("UNAVAILABLE", f"cannot connect to {self.authority}: {exc}") from None
+        if self.target.tls:
+            ssl_object = conn.transport.get_extra_info("ssl_object") if conn.transport else None
+            chosen = ssl_object.selected_alpn_protocol() if ssl_object is not None else None
+            if chosen != "h2":  # as grpc: gRPC needs HTTP/2, which TLS must have agreed on
+                conn.close()
+                self._retry_at = time.monotonic() + self._backoff
+                raise InferError("UNAVAILABLE", f"{self.authority} did not agree to HTTP/2 over "
+                                 f"TLS (ALPN chose {chosen!r}, expected 'h2')")
+        # As grpc does, send nothing before the server's SETTINGS: until then its stream limit
+        # is unknown, and streams opened past it come back refused.
+        try:
+            await asyncio.wait_for(asyncio.shield(conn.settled), self.target.timeout_s)
+        except asyncio.TimeoutError:
+            conn.close()
+            raise InferError("UNAVAILABLE", f"{self.authority} sent no HTTP/2 SETTINGS within "
+                             f"{self.target.timeout_s:g} s (not a gRPC server?)") from None
+        if conn.closed:
+            raise InferError("UNAVAILABLE", f"{self.authority} closed the connection at once")
         self._backoff = BACKOFF_S[0]
         self.conn = conn
         self.connects += 1

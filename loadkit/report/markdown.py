@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadkit.accounting import first_message
 from loadkit.report.compare import Comparison, highlights, load_label
 from loadkit.report.units import ms
 from loadkit.slo import fmt_value
@@ -33,6 +34,7 @@ def summary_table(results: dict[str, Any]) -> str:
     out = [f"# {results['scenario_name']}: {results['status']}", ""]
     if results.get("reason"):
         out += [f"Reason: {results['reason']}", ""]
+    out += warnings(results)
     out += [
         f"Target: {results['target']}{' (embedded Triton)' if results['embedded'] else ''}. "
         "Latencies in ms from HDR histograms (us resolution); infer/s counts successful "
@@ -62,6 +64,7 @@ def summary_table(results: dict[str, Any]) -> str:
                 f"{_errors(s)} | {_server_cell(s)} |"
             )
         out.append("")
+        out += _error_notes(phase["steps"])
         out += _generator_note(phase["steps"])
         if open_steps:
             out += _open_loop_notes(open_steps)
@@ -71,6 +74,46 @@ def summary_table(results: dict[str, Any]) -> str:
     if results.get("thresholds"):
         out.append(threshold_table(results["thresholds"]))
     return "\n".join(out)
+
+
+def warnings(results: dict[str, Any]) -> list[str]:
+    """The loud lines at the top: numbers that do not add up, steps that measured nothing or
+    had errors (with the server's most frequent message), statistics that could not be read,
+    models left on a phase's config."""
+    out = []
+    for p in results["phases"]:
+        for s in p["steps"]:
+            where = f"{p['name']} at {load_label(s['load'])}"
+            acc = s.get("accounting", {})
+            if acc.get("status") == "mismatch":
+                out.append(f"- WARNING: accounting mismatch in {where}: {acc['reason']}")
+            n_err = sum(s["errors"].values())
+            if not s["requests"]:
+                why = first_message(s.get("error_messages", {}))
+                out.append(f"- WARNING: nothing measured in {where}: 0 successful requests"
+                           + (f", {n_err} failed ({why})" if n_err else ""))
+            elif n_err:
+                total = n_err + s["requests"]
+                why = first_message(s.get("error_messages", {}))
+                out.append(f"- WARNING: {n_err} of {total} requests failed in {where} "
+                           f"({100 * n_err / total:.2f}%)" + (f": {why}" if why else ""))
+            for model, why in s.get("server_unavailable", {}).items():
+                out.append(f"- Note: {where}: client == server not checked for {model}: {why}")
+    for e in results.get("events", []):
+        if e["event"] == "restore_failed":
+            out.append(f"- WARNING: model {e.get('model', '?')} was not restored: "
+                       f"{e['detail']}")
+    return [*out, ""] if out else []
+
+
+def _error_notes(steps: list[dict[str, Any]]) -> list[str]:
+    """What the server said, per step and status code: the kept messages with their counts."""
+    out = []
+    for s in steps:
+        for code, kept in sorted(s.get("error_messages", {}).items()):
+            for m in kept:
+                out.append(f"- {load_label(s['load'])}: {code} x{m['count']}: {m['message']}")
+    return ["Errors, as the server gave them:", "", *out, ""] if out else []
 
 
 WORKER_EVENTS = {

@@ -8,6 +8,9 @@ tests use to show coordinated omission; they are off in the shipped config.
 batch size (a sleep, so the shared CPU stays free for the client), the way a GPU kernel costs
 about the same for 1 or 16 rows. Dynamic batching and instance groups then buy what they buy on
 a GPU host; the optimization tour sets it, the shipped config leaves it at 0.
+
+`error_every` makes every N-th execute fail all its requests with a server error (the tests of
+loadkit's error reporting use it); off in the shipped config.
 """
 
 import json
@@ -28,11 +31,17 @@ class TritonPythonModel:
         self.stall_s = float(params.get("stall_ms", "0")) / 1000.0
         self.device_s = float(params.get("device_us", "0")) / 1e6
         self.next_stall = time.monotonic() + self.stall_every_s
+        self.error_every = int(params.get("error_every", "0"))
+        self.executes = 0
         # a slow load (as a TensorRT engine build is); the reload-timeout test sets it
         time.sleep(float(params.get("init_delay_s", "0")))
         pb_utils.Logger.log_info(f"dense: numpy {np.__version__} from {np.__file__}")
 
     def execute(self, requests):
+        self.executes += 1
+        if self.error_every and self.executes % self.error_every == 0:
+            error = pb_utils.TritonError(f"dense: injected error (error_every={self.error_every})")
+            return [pb_utils.InferenceResponse(error=error) for _ in requests]
         if self.stall_every_s > 0 and time.monotonic() >= self.next_stall:
             time.sleep(self.stall_s)
             self.next_stall = time.monotonic() + self.stall_every_s

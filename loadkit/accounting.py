@@ -1,0 +1,136 @@
+"""Accounting and the run's verdict: the run itself checks that every request is accounted for.
+
+Per step, three invariants (docs/reliability.md):
+- sent == successes + errors (what left this generator came back, one way or the other);
+- open loop: scheduled == sent + dropped;
+- per model, client successes == the server's success delta, when the server's statistics were
+  read before and after the (drained) window. Requests the client abandoned (a deadline, a
+  cancel), or whose reply it refused (too large, compressed), may still count as successes on
+  the server: a server count above the client's by at most that many is explained, and said so.
+
+A broken invariant makes the step `accounting: mismatch` and the run `failed` (exit 1): a
+number loadkit knows is wrong is never reported as a complete run. A statistics read that failed
+is not a zero: the check is skipped with the reason.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadkit.record import StepWindow
+
+# failures whose request the server may have served all the same: abandoned by the client (a
+# deadline, a cancel) or answered with a reply the client refused (too large, compressed)
+ABANDONED = ("DEADLINE_EXCEEDED", "CANCELLED", "RESOURCE_EXHAUSTED", "INTERNAL")
+
+
+def check_step(
+    window: StepWindow,
+    models: dict[str, str],
+    server: dict[str, dict[str, Any]],
+    unavailable: dict[str, str],
+    open_loop: bool,
+) -> dict[str, Any]:
+    """The step's `accounting` section: status ok | mismatch | unchecked, each check with its
+    numbers, and what could not be checked and why. `models` maps template -> model."""
+    successes = window.successes()
+    errors = window.error_count()
+    dropped = sum(window.dropped.values())
+    checks: list[dict[str, Any]] = [
+        _check("sent == successes + errors", window.sent, successes + errors),
+    ]
+    if open_loop:
+        checks.append(_check("scheduled == sent + dropped", window.scheduled,
+                             window.sent + dropped))
+    skipped: list[str] = []
+    for model in dict.fromkeys(models.values()):
+        templates = [t for t, m in models.items() if m == model]
+        client = sum(window.successes(t) for t in templates)
+        if model in unavailable:
+            skipped.append(f"{model}: client == server not checked: {unavailable[model]}")
+            continue
+        if model not in server:
+            skipped.append(f"{model}: client == server not checked: no server statistics")
+            continue
+        served = int(server[model]["success"])
+        check = _check(f"{model}: client successes == server success delta", client, served)
+        if not check["ok"]:
+            abandoned = sum(window.errors.get(t, {}).get(c, 0) for t in templates
+                            for c in ABANDONED)
+            if client < served <= client + abandoned:
+                check["ok"] = True
+                check["note"] = (f"{served - client} request(s) the client abandoned or "
+                                 "refused (deadline, cancel, reply too large) completed on the "
+                                 "server")
+        checks.append(check)
+    broken = [c for c in checks if not c["ok"]]
+    status = "mismatch" if broken else ("unchecked" if skipped else "ok")
+    out: dict[str, Any] = {"status": status, "checks": checks}
+    if skipped:
+        out["unchecked"] = skipped
+    if broken:
+        out["reason"] = "; ".join(f"{c['check']}: {c['left']} != {c['right']}" for c in broken)
+    return out
+
+
+def _check(name: str, left: int, right: int) -> dict[str, Any]:
+    return {"check": name, "left": int(left), "right": int(right), "ok": left == right}
+
+
+def first_message(messages: dict[str, list[dict[str, Any]]]) -> str:
+    """The most frequent kept error message of a step or run, as 'CODE: message'."""
+    best = ("", "", 0)
+    for code, kept in messages.items():
+        for m in kept:
+            if m["count"] > best[2]:
+                best = (code, m["message"], m["count"])
+    return f"{best[0]}: {best[1]}" if best[0] else ""
+
+
+def verdict(results: dict[str, Any]) -> list[str]:
+    """Why a run whose phases all ran must still be reported `failed` (empty: it need not).
+
+    Measured numbers that do not add up, a run that measured nothing, a request template that
+    never once succeeded, and a model left on a config other than the one it started with."""
+    reasons: list[str] = []
+    steps = [s for p in results["phases"] for s in p["steps"]]
+    for s in steps:
+        acc = s.get("accounting", {})
+        if acc.get("status") == "mismatch":
+            reasons.append(f"step {s['phase']}/{s['index']}: accounting mismatch: "
+                           f"{acc.get('reason', '')}")
+    if steps and not any(s["requests"] for s in steps):
+        why = first_message(_all_messages(steps))
+        reasons.append("nothing was measured: every step had 0 successful requests"
+                       + (f" ({why})" if why else ""))
+    else:
+        ok: dict[str, int] = {}
+        failed: dict[str, int] = {}
+        for s in steps:
+            for name, c in s["client"].items():
+                ok[name] = ok.get(name, 0) + c["requests"]
+                failed[name] = failed.get(name, 0) + c["errors"]
+        for name, n in failed.items():
+            if n and not ok.get(name):
+                why = first_message(_all_messages(
+                    [s for s in steps if s["client"].get(name, {}).get("errors")]))
+                reasons.append(f"request template '{name}': all {n} requests failed, none "
+                               f"measured" + (f" ({why})" if why else ""))
+    for p in results["phases"]:
+        if p["status"] == "failed":
+            reasons.append(f"phase '{p['name']}' failed: {p['reason']}")
+    for e in results.get("events", []):
+        if e["event"] == "restore_failed":
+            reasons.append(f"model '{e.get('model', '?')}' was not restored: {e['detail']}")
+    return reasons
+
+
+def _all_messages(steps: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
+    merged: dict[str, dict[str, int]] = {}
+    for s in steps:
+        for code, kept in s.get("error_messages", {}).items():
+            into = merged.setdefault(code, {})
+            for m in kept:
+                into[m["message"]] = into.get(m["message"], 0) + m["count"]
+    return {c: [{"message": t, "count": n} for t, n in kept.items()]
+            for c, kept in merged.items()}
