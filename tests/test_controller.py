@@ -38,8 +38,12 @@ def test_overlay_applied_read_back_failed_and_restored(triton, control, tmp_path
     out = tmp_path / "r"
     proc = loadkit("run", str(write(tmp_path / "c.yaml", SCENARIO)), "--target",
                    triton.grpc_address, "--metrics", triton.metrics_url, "--out", str(out))
-    assert proc.returncode == 0, proc.stderr
-    base, batching, rejected, gpu, plan = results(out)["phases"]
+    # the refused phase measured nothing the user asked for: the run goes on, then fails
+    assert proc.returncode == 1, proc.stderr
+    data = results(out)
+    assert data["status"] == "failed" and "phase 'rejected' failed" in data["reason"]
+    assert "gpu" not in data["reason"] and "plan" not in data["reason"]  # skips are not failures
+    base, batching, rejected, gpu, plan = data["phases"]
     assert "dynamic_batching" not in base["config"]["dense"]
     assert batching["config"]["dense"]["dynamic_batching"]["preferred_batch_size"] == [4, 8]
     assert batching["reload_s"]["dense"] > 0

@@ -110,7 +110,7 @@ def test_models_loadkit_cannot_measure_yet_are_refused_before_any_load(
                                                                           inputs=inputs))),
                    "--target", triton.grpc_address, "--out", str(tmp_path / "r"))
     assert proc.returncode == 2, proc.stderr
-    assert f"s.yaml:4: requests.s.model: model '{model}'" in proc.stderr
+    assert f"s.yaml:5: requests.s.model: model '{model}'" in proc.stderr
     assert what in proc.stderr and "nothing was sent" in proc.stderr
     assert "Traceback" not in proc.stderr
     after = control.counters((model,))[model]

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, dense_cnn, loadkit, results, write
+from conftest import ROOT, dense_cnn, loadkit, results, wait_for, write
 
 from loadkit.record import decode
 
@@ -28,6 +28,7 @@ def assert_accounted(step: dict) -> None:
     for model, n in per_model.items():
         assert step["server"][model]["success"] == n, (model, step["server"][model], n)
     assert sum(per_model.values()) == step["requests"]
+    assert step["accounting"]["status"] == "ok", step["accounting"]  # the run checked it too
 
 
 @pytest.fixture(scope="module")
@@ -89,28 +90,40 @@ def test_report_files_and_saved_histograms(mix_run) -> None:
 
 
 def test_requests_to_a_missing_model_are_counted_as_errors(triton, control, tmp_path) -> None:
+    """cnn is unloaded in the middle of the measured step (and loaded again after the run):
+    its requests fail with Triton's own message kept, its statistics cannot be read after the
+    step and are reported as unavailable (never zeros), and dense stays exact."""
     scen = write(tmp_path / "m.yaml", dense_cnn(name="missing", w1=50, w2=50, conc="4", dur="5s"))
     out = tmp_path / "r"
+    start = control.counters(("cnn",))["cnn"].success
 
-    def unload_then_reload() -> None:
-        time.sleep(3.0)
+    def unload_mid_step() -> None:
+        # 1500 cnn requests (x4 inferences) served: past the 0.5 s warm-up, inside the step
+        wait_for(lambda: control.counters(("cnn",))["cnn"].success - start > 1500, 60,
+                 "load on cnn")
         control.unload("cnn")
-        time.sleep(2.0)
-        control.load("cnn")
 
-    t = threading.Thread(target=unload_then_reload)
+    t = threading.Thread(target=unload_mid_step)
     t.start()
     try:
         proc = loadkit("run", str(scen), "--target", triton.grpc_address, "--out", str(out))
     finally:
         t.join()
-    assert proc.returncode == 0, proc.stderr
+        control.load("cnn")
+    assert proc.returncode == 0, proc.stderr  # cnn was measured before it went: loud, not failed
     step = results(out)["phases"][0]["steps"][0]
     assert step["errors"], "unloading cnn mid-step must produce counted errors"
     assert all(code.isupper() for code in step["errors"])  # gRPC status names
     assert step["client"]["cnn_b4"]["errors"] == sum(step["errors"].values())
+    assert step["client"]["cnn_b4"]["requests"] > 0
+    kept = " ".join(m["message"] for ms in step["error_messages"].values() for m in ms)
+    assert "cnn" in kept, step["error_messages"]  # Triton's words, e.g. "unknown model"
+    assert "statistics unavailable" in step["server_unavailable"]["cnn"]
+    assert step["accounting"]["status"] == "unchecked" and "cnn" not in step["server"]
     # dense was untouched: its accounting stays exact
     assert step["server"]["dense"]["success"] == step["client"]["dense_b1"]["requests"]
+    summary = (out / "summary.md").read_text().split("## only")[0]
+    assert "requests failed" in summary and "not checked for cnn" in summary
 
 
 def _triton_processes() -> int:

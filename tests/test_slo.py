@@ -87,7 +87,8 @@ def test_abort_on_fail_stops_early_writes_report_and_restores(triton, control, t
 
 
 def test_a_threshold_holds_only_when_every_step_holds() -> None:
-    """Pure: the worst step decides, and a step with nothing measured fails."""
+    """Pure: the worst step decides, and a step with nothing measured is `no data`, never a
+    pass (unless another step fails outright)."""
     def step(load: int, p99: float, requests: int = 10) -> dict:
         return {"load": {"concurrency": load}, "requests": requests, "errors": {},
                 "latency_us": {"p99": p99}, "client": {}, "throughput": 1.0}
@@ -99,6 +100,8 @@ def test_a_threshold_holds_only_when_every_step_holds() -> None:
     phase["steps"] = [step(1, 500), step(2, 900)]
     assert check_phase((t,), phase)[0].status == "pass"
     phase["steps"] = [step(1, 500), step(2, 0, requests=0)]
+    assert check_phase((t,), phase)[0].status == "no data"
+    phase["steps"] = [step(1, 1500), step(2, 0, requests=0)]
     assert check_phase((t,), phase)[0].status == "fail"
     skipped = {"name": "p", "status": "skipped", "reason": "no GPU", "steps": []}
     assert check_phase((t,), skipped)[0].status == "skipped"

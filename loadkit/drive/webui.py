@@ -15,6 +15,7 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, make_response, request
 
+from loadkit.accounting import first_message
 from loadkit.plan import load_label
 from loadkit.record import latency_summary
 from loadkit.report.units import ms
@@ -46,6 +47,20 @@ def _server_fields(step: dict[str, Any]) -> dict[str, str]:
             for m, s in models
         ),
     }
+
+
+def _status(step: dict[str, Any]) -> str:
+    acc = step.get("accounting", {})
+    if acc.get("status") == "mismatch":
+        return f"{step['status']}; ACCOUNTING MISMATCH: {acc.get('reason', '')}"
+    return step["status"]
+
+
+def _errors(step: dict[str, Any]) -> str:
+    """The count, and what the server said most often (results.json keeps the rest)."""
+    n = sum(step["errors"].values())
+    why = first_message(step.get("error_messages", {}))
+    return f"{n}: {why}" if n and why else str(n)
 
 
 def _config(overlay: dict[str, Any]) -> str:
@@ -81,9 +96,9 @@ def triton_rows(results: dict[str, Any], live: dict[str, Any] | None,
                 delta = f"infer/s {d_t:+.1f}%, p99 {d_p:+.1f}%"
             rows.append({
                 "phase": phase["name"], "step": s["index"] + 1, "load": label,
-                "status": s["status"], "requests": s["requests"],
+                "status": _status(s), "requests": s["requests"],
                 "infer_s": f"{s['throughput']:.1f}", **_latency(s["latency_us"]),
-                "errors": sum(s["errors"].values()), **_server_fields(s), "delta": delta,
+                "errors": _errors(s), **_server_fields(s), "delta": delta,
                 "config": _config(overlays.get(phase["name"], {})),
             })
     if live is not None:

@@ -8,7 +8,8 @@ import json
 from html import escape
 from typing import Any
 
-from loadkit.report.compare import Comparison, highlights
+from loadkit.report.compare import Comparison, highlights, load_label
+from loadkit.report.markdown import warnings
 from loadkit.report.units import ms
 
 CSS = """
@@ -19,6 +20,7 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
 .up{color:#17803d}.down{color:#b3261e} .muted{color:#777}
 img{max-width:100%;border:1px solid #eee;margin:.4em 0}
 pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:12px}
+ul.warnings{color:#b3261e}
 .status-failed,.status-aborted{color:#b3261e}.status-skipped,.status-partial{color:#946200}
 """
 
@@ -87,7 +89,8 @@ def _steps(results: dict[str, Any], prefix: str) -> list[str]:
             out.append(
                 "<table><tr><th>load</th><th>requests</th><th>infer/s</th><th>p50</th>"
                 "<th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th>"
-                "<th class=l>errors</th><th class=l>batch sizes executed (server)</th></tr>"
+                "<th class=l>errors</th><th class=l>accounting</th>"
+                "<th class=l>batch sizes executed (server)</th></tr>"
             )
             for s in phase["steps"]:
                 lat = s["latency_us"]
@@ -105,15 +108,32 @@ def _steps(results: dict[str, Any], prefix: str) -> list[str]:
                         f"<td>{ms(lat[k])}</td>" for k in ("p50", "p90", "p95", "p99", "p999")
                     )
                     + f"<td>{ms(lat['max'])}</td><td class=l>{escape(errs)}</td>"
+                    f"<td class=l>{escape(_accounting(s))}</td>"
                     f"<td class=l>{escape(batches or '-')}</td></tr>"
                 )
             out.append("</table>")
+            kept = [f"<li>{escape(load_label(s['load']))}: {escape(code)} ×{m['count']}: "
+                    f"{escape(m['message'])}</li>"
+                    for s in phase["steps"]
+                    for code, ms_ in sorted(s.get("error_messages", {}).items()) for m in ms_]
+            if kept:
+                out.append("<p>Errors, as the server gave them:</p><ul>" + "".join(kept) + "</ul>")
         if phase.get("config"):
             out.append(
                 "<details><summary>model config measured (read back from the server)"
                 f"</summary><pre>{escape(json.dumps(phase['config'], indent=2))}</pre></details>"
             )
     return out
+
+
+def _accounting(step: dict[str, Any]) -> str:
+    acc = step.get("accounting", {})
+    status = acc.get("status", "-")
+    if status == "mismatch":
+        return f"MISMATCH: {acc.get('reason', '')}"
+    if status == "unchecked":
+        return "unchecked: " + "; ".join(acc.get("unchecked", []))
+    return status
 
 
 def _capacity(cap: dict[str, Any]) -> list[str]:
@@ -163,6 +183,11 @@ def render_html(
             f'<span class="status-{escape(status)}">{escape(status)}</span>'
             f"{': ' + escape(results['reason']) if results['reason'] else ''}</p>"
         )
+        lines = warnings(results)
+        if lines:
+            out.append('<ul class="warnings">' + "".join(
+                f"<li>{escape(line.removeprefix('- '))}</li>" for line in lines if line)
+                + "</ul>")
     out += _comparison(cmp)
     for _, results in runs:
         if results.get("capacity"):
