@@ -198,6 +198,10 @@ class Conductor:
             for phase in run.plan.phases:
                 if self.aborted:
                     break
+                missing = run.drive.missing_senders()
+                if missing:  # e.g. every worker was refused: no config swap for nothing
+                    self.abort(f"{missing}; stopped before phase {phase.name}", 1, "aborted")
+                    break
                 pr = PhaseResult(phase.name)
                 run.result.phases.append(pr)
                 self._set_stage("configuring", 0)
