@@ -45,7 +45,7 @@ PA_SERVER_COLUMNS = ("Server Queue", "Server Compute Input", "Server Compute Inf
 
 SCENARIO = """
 name: bench
-target: {{transport: {transport}}}
+target: {{transport: {transport}, shared: {shared}}}
 requests:
   dense_b1:
     model: dense
@@ -82,7 +82,8 @@ def run_loadkit(
     (with perf_analyzer beside it, the server counts both)."""
     scen = work / "loadkit.yaml"
     scen.write_text(
-        SCENARIO.format(load=loadkit_load(level), seconds=seconds, transport=transport)
+        SCENARIO.format(load=loadkit_load(level), seconds=seconds, transport=transport,
+                        shared=str(not alone).lower())
     )
     out = work / f"lk-{time.monotonic_ns()}"
     proc = subprocess.run(

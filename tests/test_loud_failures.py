@@ -129,10 +129,12 @@ phases:
 """
 
 
-def test_an_accounting_mismatch_fails_the_run(triton, tmp_path) -> None:
+@pytest.mark.parametrize("shared", [False, True])
+def test_an_accounting_mismatch_fails_the_run(triton, tmp_path, shared) -> None:
     """Another client sends to the same model during the run (a shared server): the server
     counts requests loadkit never sent, so client != server. The run itself notices: the step
-    is `accounting: mismatch` with the numbers, the summary says so at the top, exit 1."""
+    is `accounting: mismatch` with the numbers, the summary says so at the top, exit 1. A
+    scenario that declares the server shared (target.shared) gets the check skipped, said so."""
     stop = threading.Event()
     sent = {"n": 0}
 
@@ -147,20 +149,28 @@ def test_an_accounting_mismatch_fails_the_run(triton, tmp_path) -> None:
             stop.wait(0.01)
         client.close()
 
+    scenario = SHARED.replace("name: shared", "name: shared\ntarget: {shared: true}") if shared \
+        else SHARED
     t = threading.Thread(target=other_client)
     t.start()
     out = tmp_path / "r"
     try:
-        proc = loadkit("run", str(write(tmp_path / "m.yaml", SHARED)), "--target",
+        wait_for(lambda: sent["n"] > 0, 30, "the other client's first request")
+        proc = loadkit("run", str(write(tmp_path / "m.yaml", scenario)), "--target",
                        triton.grpc_address, "--out", str(out), "--quiet")
     finally:
         stop.set()
         t.join()
-    assert proc.returncode == 1, proc.stderr[-2000:]
     data = results(out)
-    assert data["status"] == "failed" and "accounting mismatch" in data["reason"]
     step = data["phases"][0]["steps"][0]
     acc = step["accounting"]
+    if shared:
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert acc["status"] == "unchecked" and "target.shared" in acc["unchecked"][0]
+        assert step["server"]["dense"]["success"] > step["requests"]
+        return
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert data["status"] == "failed" and "accounting mismatch" in data["reason"]
     assert acc["status"] == "mismatch"
     broken = [c for c in acc["checks"] if not c["ok"]]
     assert broken[0]["left"] == step["requests"] < broken[0]["right"]

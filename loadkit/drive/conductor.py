@@ -50,6 +50,7 @@ def build_step_result(
     status: str,
     batch_sizes: dict[str, int],
     template_models: dict[str, str],
+    shared: bool = False,
 ) -> StepResult:
     window = got.window
     merged = window.merged()
@@ -148,7 +149,8 @@ def build_step_result(
             code: [{"message": t, "count": n} for t, n in kept.items()]
             for code, kept in window.messages.items()
         },
-        accounting=check_step(window, models, server, unavailable, step.arrivals is not None),
+        accounting=check_step(window, models, server, unavailable, step.arrivals is not None,
+                              shared),
         server_unavailable=unavailable,
     )
 
@@ -337,7 +339,7 @@ class Conductor:
         ok = completed and got.drained and not lost and after is not None
         result = build_step_result(
             step, got, before, after, started_at, duration, "ok" if ok else "partial",
-            run.batch_sizes, run.template_models,
+            run.batch_sizes, run.template_models, run.scenario.target.shared,
         )
         pr.steps.append(result)
         if result.accounting["status"] == "mismatch":
