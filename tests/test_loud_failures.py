@@ -28,7 +28,7 @@ requests:
     inputs: {{INPUT0: {{dtype: FP32, shape: [256]}}}}
 phases:
   - name: guard
-    load: {{concurrency: 8, step_duration: 1.5s, warmup: 0.3s}}
+    load: {{concurrency: 8, step_duration: 1s, warmup: 0.2s}}
     config:
       dense:
         parameters: {{device_us: {{string_value: "3000"}}}}

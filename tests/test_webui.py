@@ -49,28 +49,7 @@ def _get(url: str) -> tuple[int, bytes]:
 def ui(triton, tmp_path):
     if not Path(CHROMIUM).exists():
         pytest.skip("chromium is not installed and could not be (make test installs it as root)")
-    from loadkit.drive.workers import free_port
-
-    port = free_port()
-    out = tmp_path / "report"
-    scen = write(tmp_path / "ui.yaml", SCENARIO)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "loadkit", "ui", str(scen), "--target", triton.grpc_address,
-         "--web-port", str(port), "--out", str(out)],
-        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if _get(url + "/")[0] == 200:
-                break
-        except OSError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        pytest.fail(f"web UI did not come up: {proc.stdout.read() if proc.stdout else ''}")
+    proc, url, out = _ui_process(triton, tmp_path, SCENARIO)
     yield url, out, tmp_path
     proc.send_signal(signal.SIGTERM)
     try:
@@ -131,12 +110,24 @@ def test_triton_tab_shows_the_numbers_of_results_json(ui) -> None:
     assert live["status"] == "complete" and Path(live["out_dir"]) == out
 
 
-def _ui_process(triton: Any, tmp_path: Path) -> tuple[subprocess.Popen[str], str, Path]:
+SHORT = """
+name: ui-short
+requests:
+  dense_b1: {model: dense, inputs: {INPUT0: {dtype: FP32, shape: [256]}}}
+phases:
+  - name: only
+    load: {concurrency: [1, 2], step_duration: 1.5s, warmup: 0.2s}
+"""
+
+
+def _ui_process(triton: Any, tmp_path: Path, scenario: str) -> tuple[subprocess.Popen[str], str,
+                                                                       Path]:
+    """`loadkit ui` on the scenario, once its page answers: (process, URL, report folder)."""
     from loadkit.drive.workers import free_port
 
     port = free_port()
     out = tmp_path / "report"
-    scen = write(tmp_path / "ui.yaml", SCENARIO)
+    scen = write(tmp_path / "ui.yaml", scenario)
     proc = subprocess.Popen(
         [sys.executable, "-m", "loadkit", "ui", str(scen), "--target", triton.grpc_address,
          "--web-port", str(port), "--out", str(out)],
@@ -167,7 +158,7 @@ def test_ctrl_c_ends_loadkit_ui_at_any_point(triton, tmp_path, when) -> None:
     """SIGINT before a run, during one and after one ends `loadkit ui` (Locust, the run and
     its configs) within seconds; what it prints at the end is loadkit's HDR summary, not
     Locust's whole-millisecond tables."""
-    proc, url, out = _ui_process(triton, tmp_path)
+    proc, url, out = _ui_process(triton, tmp_path, SHORT)
     try:
         if when != "idle":
             _swarm(url)
