@@ -384,7 +384,7 @@ class Engine:
                 call = conn.open(MODEL_INFER if unary else MODEL_STREAM_INFER, unary)
             except StreamsFull:  # as a grpc call does, wait for a stream the server frees
                 slot.call, slot.stream_wait = None, conn.stream_limit
-                conn.wait_stream(functools.partial(self._retry_put, slot, slot.seq, payload))
+                conn.wait_stream(functools.partial(self._retry_put, slot, slot.seq))
                 return
             except InferError as exc:
                 slot.call = None
@@ -394,7 +394,7 @@ class Engine:
         conn.send(call, payload, end_stream=unary)
         call.wait(slot.reply)
 
-    def _retry_put(self, slot: Slot, seq: int, payload: bytes) -> None:
+    def _retry_put(self, slot: Slot, seq: int) -> None:
         """A stream was freed (or the connection is going away): send the waiting request on
         the live connection, unless its deadline abandoned it meanwhile."""
         assert self._wire is not None and self._loop is not None
@@ -404,9 +404,9 @@ class Engine:
                 conn.release_waiting()  # the stream it was woken for goes to the next one
             return
         if conn is None:
-            self._loop.create_task(self._connect_and_put(slot, seq, payload))
+            self._loop.create_task(self._connect_and_put(slot, seq, slot.payload))
         else:
-            self._put(slot, conn, payload)
+            self._put(slot, conn, slot.payload)
 
     def _reply(self, slot: Slot, message: bytes | None, error: InferError | None) -> None:
         """The slot's request ended: account for it, then tell whoever sent it.
@@ -420,7 +420,7 @@ class Engine:
             # a new stream, within the same deadline
             slot.call = None
             assert self._loop is not None
-            self._loop.call_soon(self._retry_put, slot, slot.seq, slot.payload)
+            self._loop.call_soon(self._retry_put, slot, slot.seq)
             return
         end_ns = time.perf_counter_ns()
         latency_us = (end_ns - slot.sent_ns) // 1000
