@@ -68,6 +68,14 @@ def _progress_line(run: Any, last: dict[str, Any]) -> str:
         merged = window.merged()
         if merged.get_total_count():
             rate += f"  p99 {merged.get_value_at_percentile(99) / 1000:.2f} ms"
+        errors = window.error_count()
+        if errors:  # visible while it happens, with what the server said most often
+            try:
+                kept = max(((c, m, n) for c, ms in window.messages.items()
+                            for m, n in ms.items()), key=lambda x: x[2], default=None)
+            except RuntimeError:  # the engine thread added a message meanwhile: next line
+                kept = None
+            rate += f"  errors {errors}" + (f" ({kept[0]}: {kept[1][:80]})" if kept else "")
         last.update(window=window, t=now, count=count)
     if not st["phase"]:
         return f"[{st['stage']}]"
