@@ -87,7 +87,7 @@ def _progress_line(run: Any, last: dict[str, Any]) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    import loadkit.drive  # noqa: F401, I001  (first: it keeps Locust from monkey-patching)
+    import loadkit.drive.bootstrap  # noqa: F401, I001  (first: Locust must not monkey-patch)
 
     import gevent
     from locust.env import Environment
@@ -271,7 +271,7 @@ def _drive(run: Any, env: Any, gevent: Any, args: argparse.Namespace, out_dir: P
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """A Locust worker: the master tells it the target and opens and closes its gate."""
-    import loadkit.drive  # noqa: F401, I001  (first: it keeps Locust from monkey-patching)
+    import loadkit.drive.bootstrap  # noqa: F401, I001  (first: Locust must not monkey-patch)
 
     import gevent
     from locust.env import Environment

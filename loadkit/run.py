@@ -10,9 +10,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from loadkit.clock import utcnow
 from loadkit.control.controller import Controller
 from loadkit.control.server import ServerControl
-from loadkit.drive.conductor import Conductor, utcnow
+from loadkit.drive.conductor import Conductor
 from loadkit.drive.context import DriveContext
 from loadkit.drive.distributed import MasterDrive
 from loadkit.plan import Plan, build_plan

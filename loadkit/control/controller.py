@@ -10,9 +10,9 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
+from loadkit.clock import utcnow
 from loadkit.control.config import local_problems, merge
 from loadkit.control.metrics import MetricsSnapshot
 from loadkit.control.server import ModelCounters, ServerControl
@@ -36,10 +36,6 @@ class Snapshot:
     counters: dict[str, ModelCounters]
     metrics: MetricsSnapshot
     unavailable: dict[str, str] = field(default_factory=dict)  # model -> why no counters
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def _explain(exc: ControlError) -> str:
@@ -127,7 +123,7 @@ class Controller:
         if reason:
             result.status, result.reason = "skipped", reason
             self.events.append(
-                {"at": _now(), "event": "phase_skipped", "phase": phase.name, "detail": reason}
+                {"at": utcnow(), "event": "phase_skipped", "phase": phase.name, "detail": reason}
             )
             return
         for model in set(self.applied) | set(phase.config):
@@ -146,7 +142,7 @@ class Controller:
                 result.status, result.reason = "failed", f"{model}: {exc}"
                 self.events.append(
                     {
-                        "at": _now(),
+                        "at": utcnow(),
                         "event": "config_timeout" if timed_out else "config_rejected",
                         "phase": phase.name,
                         "model": model,
@@ -159,7 +155,7 @@ class Controller:
                 if timed_out:
                     self._load(model, merge(self._original(model), self.applied.get(model, {})),
                                RESTORE_TIMEOUT_S)
-                    self.events.append({"at": _now(), "event": "config_restored",
+                    self.events.append({"at": utcnow(), "event": "config_restored",
                                         "model": model, "phase": phase.name})
                     result.reason += "; back on its last good config"
                 return
@@ -167,7 +163,7 @@ class Controller:
             self.applied_phase[model] = phase.name
             self.events.append(
                 {
-                    "at": _now(),
+                    "at": utcnow(),
                     "event": "config_applied",
                     "phase": phase.name,
                     "model": model,
@@ -194,7 +190,7 @@ class Controller:
                         raise
                     time.sleep(0.5)
             self.events.append(
-                {"at": _now(), "event": "model_reloaded", "model": model, "reload_s": reload_s}
+                {"at": utcnow(), "event": "model_reloaded", "model": model, "reload_s": reload_s}
             )
 
     def restore(self) -> list[dict[str, str]]:
@@ -214,6 +210,6 @@ class Controller:
                                   f"{json.dumps(self.applied[model])})",
                     })
                     continue
-                self.events.append({"at": _now(), "event": "config_restored", "model": model})
+                self.events.append({"at": utcnow(), "event": "config_restored", "model": model})
             del self.applied[model]
         return failures

@@ -1,37 +1,11 @@
-"""Drive: Locust users, the load shape and the engine that sends the inferences.
+"""Drive: Locust users, the load shape, the engine that sends the inferences, and the wire.
 
-Locust runs on gevent, but loadkit's inferences run on a native thread, an asyncio loop that
-frames gRPC over HTTP/2 itself (engine.py, wire.py). That needs a process that gevent has *not*
-monkey-patched: patched sockets and threads would put the engine back on the gevent hub. Locust
-skips its patching when LOCUST_SKIP_MONKEY_PATCH is set, so this package sets it before Locust
-is first imported;
-`loadkit run` and `loadkit ui` import it first. Plain `locust -f` has imported (and patched)
-before it reads the locustfile; the locustfile then re-executes the same command line with the
-variable set (`reexec_unpatched`), before anything has started.
+Importing any drive module first sets LOCUST_SKIP_MONKEY_PATCH, so that a Locust imported by one
+of them never monkey-patches this process (see bootstrap.py for why, and for the case where
+Locust came first). Nothing is imported here: the engine and the wire stay free of Locust and
+gevent.
 """
 
 import os
-import sys
 
 os.environ.setdefault("LOCUST_SKIP_MONKEY_PATCH", "1")
-
-import gevent.monkey  # noqa: E402
-import locust  # noqa: E402, F401
-
-PATCHED = gevent.monkey.is_module_patched("socket")
-PATCHED_MESSAGE = (
-    "Locust monkey-patched this process before loadkit was imported, and loadkit's gRPC engine "
-    "cannot run on patched sockets. Start Locust as: LOCUST_SKIP_MONKEY_PATCH=1 locust -f "
-    "locustfile.py --scenario FILE."
-)
-REEXEC_FLAG = "LOADKIT_REEXEC"
-
-
-def reexec_unpatched() -> None:
-    """Replace a patched process with the same command, unpatched (once; never loops)."""
-    if not PATCHED or os.environ.get(REEXEC_FLAG):
-        return
-    env = {**os.environ, "LOCUST_SKIP_MONKEY_PATCH": "1", REEXEC_FLAG: "1"}
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, *sys.orig_argv[1:]], env)

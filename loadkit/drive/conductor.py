@@ -11,33 +11,42 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import gevent
 from gevent.event import Event
 
 from loadkit.accounting import check_step, verdict
-from loadkit.control.controller import Snapshot
+from loadkit.clock import utcnow
+from loadkit.control.controller import Controller, Snapshot
 from loadkit.control.metrics import diff_metrics
 from loadkit.control.server import diff_counters
 from loadkit.drive.context import Collected
-from loadkit.plan import PhasePlan, Step
+from loadkit.plan import PhasePlan, Plan, Step
 from loadkit.record import latency_summary
-from loadkit.results import PhaseResult, StepResult
-from loadkit.scenario import Threshold
+from loadkit.results import PhaseResult, RunResult, StepResult
+from loadkit.scenario import Scenario, Threshold
 from loadkit.slo import check_phase, failed
 
-if TYPE_CHECKING:
-    from loadkit.run import Run
+
+class Hub(Protocol):
+    """What the conductor needs of the run it walks (loadkit.run.Run): declared here, so the
+    conductor does not import the module that builds it."""
+
+    plan: Plan
+    scenario: Scenario
+    result: RunResult
+    controller: Controller
+    drive: Any  # DriveContext or distributed.MasterDrive: begin / end / users_for / ...
+    environment: Any  # Locust's Environment
+    batch_sizes: dict[str, int]
+    template_models: dict[str, str]
+
+    def save(self, final: bool = False) -> None: ...
 
 log = logging.getLogger("loadkit.conductor")
 SPAWN_WAIT_S = 30.0
 LIVENESS_S = 1.0
-
-
-def utcnow() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
 
 
 def build_step_result(
@@ -156,7 +165,7 @@ def build_step_result(
 
 
 class Conductor:
-    def __init__(self, run: Run):
+    def __init__(self, run: Hub):
         self.run = run
         self.target: tuple[int, float] | None = (run.plan.steps[0].concurrency, 1000.0)
         self.finished = Event()

@@ -24,7 +24,7 @@ import gevent
 from gevent.event import Event
 from locust.runners import STATE_MISSING
 
-from loadkit.drive.conductor import utcnow
+from loadkit.clock import utcnow
 from loadkit.drive.context import Collected, DriveContext
 from loadkit.drive.transport import prepare
 from loadkit.plan import Arrivals, Plan, Step, build_plan

@@ -27,7 +27,8 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from loadkit.control.server import ServerControl
-from loadkit.drive import PATCHED, PATCHED_MESSAGE, reexec_unpatched, webui
+from loadkit.drive import webui
+from loadkit.drive.bootstrap import PATCHED, PATCHED_MESSAGE, reexec_unpatched
 from loadkit.drive.distributed import WorkerAgent
 from loadkit.drive.shape import LoadkitShape
 from loadkit.drive.users import TritonUser

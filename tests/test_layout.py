@@ -1,0 +1,96 @@
+"""The shape of the package: no import cycles between its modules, and the transport (the
+engine and the hand-framed gRPC wire) importable without Locust or gevent."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import ROOT
+
+PACKAGE = ROOT / "loadkit"
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for path in PACKAGE.rglob("*.py"):
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        out[name] = path
+    return out
+
+
+def _imports(name: str, path: Path, modules: dict[str, Path]) -> set[str]:
+    """Every loadkit module `name` imports, at any depth of the file (function-level and
+    TYPE_CHECKING imports count: they are dependencies too)."""
+    found = set()
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
+            names = [base, *(f"{base}.{a.name}" for a in node.names)]
+        else:
+            continue
+        for candidate in names:
+            while candidate and candidate not in modules:
+                candidate = candidate.rpartition(".")[0]
+            if candidate and candidate != name:
+                found.add(candidate)
+    return found
+
+
+def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One import cycle (as a path that returns to its start), or None."""
+    state: dict[str, int] = {}  # 1 on the current path, 2 done
+    path: list[str] = []
+
+    def visit(node: str) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):] + [nxt]
+            if nxt not in state and (found := visit(nxt)):
+                return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if node not in state and (found := visit(node)):
+            return found
+    return None
+
+
+def _package_parent(a: str, b: str) -> bool:
+    return a.startswith(b + ".") or b.startswith(a + ".")
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    modules = _modules()
+    graph = {
+        name: {d for d in _imports(name, path, modules) if not _package_parent(name, d)}
+        for name, path in modules.items()
+    }
+    assert "loadkit.drive.conductor" in graph and graph["loadkit.run"]  # the walk saw imports
+    assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
+
+
+def test_a_cycle_is_found_when_there_is_one() -> None:
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_transport_imports_without_locust_or_gevent() -> None:
+    code = ("import sys, loadkit.drive.wire, loadkit.drive.engine, loadkit.drive.timer; "
+            "print(' '.join(m for m in ('locust', 'gevent') if m in sys.modules))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "", f"the transport pulled in: {proc.stdout.strip()}"
