@@ -315,11 +315,11 @@ def cmd_worker(args: argparse.Namespace) -> int:
 
 def cmd_ui(args: argparse.Namespace, extra: list[str]) -> int:
     """Locust's own web UI (with the Triton tab) on this scenario: `locust -f` underneath."""
-    from loadkit.drive.workers import LOOPBACK
     from loadkit.scenario import load_scenario
+    from loadkit.server import LOOPBACK_HOSTS
 
     load_scenario(args.scenario)  # bad input stops here, with the usual messages and exit 2
-    if args.web_host not in LOOPBACK:
+    if args.web_host not in LOOPBACK_HOSTS:
         _err(
             f"warning: the web UI listens on {args.web_host}:{args.web_port}; anyone who can "
             "reach it can start load. Pass Locust's --web-login (after --) to require a login."

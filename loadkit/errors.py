@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass
+
+
+def suggest(name: str, options: Iterable[str]) -> str:
+    """"; did you mean 'x'?" for the closest option (difflib), or "" when none is close."""
+    close = difflib.get_close_matches(name, list(options), n=1)
+    return f"; did you mean '{close[0]}'?" if close else ""
 
 
 class LoadkitError(Exception):

@@ -9,7 +9,6 @@ model metadata that the control stage fetched.
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -18,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from loadkit.errors import Problem, ScenarioError
+from loadkit.errors import Problem, ScenarioError, suggest
 from loadkit.yamlsource import KeyPath, Source, load_yaml
 
 DTYPES: dict[str, str] = {
@@ -268,8 +267,7 @@ class _Checker:
         return f"{self.src.file}:{self.src.line(path)}"
 
     def suggest(self, name: str) -> str:
-        close = difflib.get_close_matches(name, self.request_names, n=1)
-        return f"; did you mean '{close[0]}'?" if close else ""
+        return suggest(name, self.request_names)
 
     def add(self, path: KeyPath, message: str) -> None:
         self.problems.append(self.src.problem(path, message))
@@ -284,8 +282,7 @@ class _Checker:
             return None
         for key in value:
             if key not in allowed:
-                close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-                hint = f"; did you mean '{close[0]}'?" if close else ""
+                hint = suggest(key, allowed)
                 self.add((*path, key), f"unknown key '{key}'{hint} (allowed: {', '.join(allowed)})")
         for key in required:
             if key not in value:
@@ -831,8 +828,7 @@ def _mix(ck: _Checker, raw: Any, names: list[str]) -> dict[str, float]:
     out: dict[str, float] = {}
     for name, weight in raw.items():
         if name not in names:
-            close = difflib.get_close_matches(name, names, n=1)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            hint = suggest(name, names)
             ck.add(
                 ("mix", name),
                 f"no request named '{name}' in requests{hint} (have: {', '.join(names)})",
@@ -968,8 +964,7 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
         given = {i.name: i for i in t.inputs}
         for name in given:
             if name not in info.inputs:
-                close = difflib.get_close_matches(name, list(info.inputs), n=1)
-                hint = f"; did you mean '{close[0]}'?" if close else ""
+                hint = suggest(name, info.inputs)
                 problems.append(
                     src.problem(
                         (*base, "inputs", name),

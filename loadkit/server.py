@@ -28,6 +28,7 @@ from loadkit.errors import ServerStartError
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_MODEL_REPOSITORY = REPO_ROOT / "model_repository"
 LOOPBACK = "127.0.0.1"
+LOOPBACK_HOSTS = (LOOPBACK, "localhost", "::1")  # binding to anything else warns
 
 
 def _pytriton_dir() -> Path:
@@ -164,7 +165,7 @@ class EmbeddedServer:
         return cmd
 
     def start(self) -> EmbeddedServer:
-        if self.host not in (LOOPBACK, "localhost", "::1"):
+        if self.host not in LOOPBACK_HOSTS:
             print(
                 f"warning: embedded Triton binds to {self.host}, beyond loopback", file=sys.stderr
             )

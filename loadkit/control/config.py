@@ -7,11 +7,12 @@ field is caught before anything reaches the server, with the same names Triton u
 from __future__ import annotations
 
 import copy
-import difflib
 from typing import Any
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from tritonclient.grpc import model_config_pb2
+
+from loadkit.errors import suggest
 
 Sub = tuple[str | int, ...]
 # Fields an overlay may not change: they define the model's identity and its tensors.
@@ -39,8 +40,7 @@ def _check(value: Any, desc: Descriptor, path: Sub, out: list[tuple[Sub, str]]) 
     for key, sub in value.items():
         field = desc.fields_by_name.get(key)
         if field is None:
-            close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
-            hint = f"; did you mean '{close[0]}'?" if close else ""
+            hint = suggest(key, names)
             out.append(((*path, key), f"unknown {desc.name} field '{key}'{hint}"))
             continue
         _check_field(sub, field, (*path, key), out)

@@ -18,6 +18,7 @@ from flask import Blueprint, Response, jsonify, make_response, request
 from loadkit.accounting import first_message
 from loadkit.plan import load_label
 from loadkit.record import latency_summary
+from loadkit.report.compare import pct_change
 from loadkit.report.units import ms
 
 TAB_KEY = "triton"
@@ -89,10 +90,9 @@ def triton_rows(results: dict[str, Any], live: dict[str, Any] | None,
             label = load_label(s["load"])
             base = first.setdefault(label, s)
             delta = "reference"
-            if base is not s and base["throughput"] and base["latency_us"]["p99"]:
-                d_t = (s["throughput"] - base["throughput"]) / base["throughput"] * 100
-                d_p = (s["latency_us"]["p99"] - base["latency_us"]["p99"]) / base["latency_us"][
-                    "p99"] * 100
+            d_t = pct_change(s["throughput"], base["throughput"])
+            d_p = pct_change(s["latency_us"]["p99"], base["latency_us"]["p99"])
+            if base is not s and d_t is not None and d_p is not None:
                 delta = f"infer/s {d_t:+.1f}%, p99 {d_p:+.1f}%"
             rows.append({
                 "phase": phase["name"], "step": s["index"] + 1, "load": label,

@@ -10,29 +10,25 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-LOOPBACK = ("127.0.0.1", "localhost", "::1")
+from loadkit.server import LOOPBACK_HOSTS, free_port
+
+__all__ = ["LocalWorkers", "free_port", "master_address"]
+
 QUIT_WAIT_S = 15.0
 PARENT_ENV = "LOADKIT_WORKER_PARENT"  # the worker dies with this pid (server.die_with_parent)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def master_address(args: argparse.Namespace) -> tuple[str, int]:
     """--workers N listens on loopback, on a free port; --master where the user said."""
     if args.workers:
         return "127.0.0.1", free_port()
-    if args.master_bind_host not in LOOPBACK:
+    if args.master_bind_host not in LOOPBACK_HOSTS:
         print(
             f"loadkit: warning: the master listens on {args.master_bind_host}:"
             f"{args.master_port}; anyone who can reach it can join as a worker",

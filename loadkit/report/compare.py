@@ -150,7 +150,8 @@ def _entry(label: str, phase: dict[str, Any], hists: dict[str, dict[str, str]]) 
     return Entry(label, phase["status"], phase["reason"], phase.get("reload_s", {}), tuple(points))
 
 
-def _pct(new: float, old: float) -> float | None:
+def pct_change(new: float, old: float) -> float | None:
+    """The change from old to new in percent (one decimal), None where old is 0."""
     return round((new - old) / old * 100.0, 1) if old else None
 
 
@@ -183,8 +184,8 @@ def build(
                     ld,
                     e.label,
                     p,
-                    _pct(p.infer_s, base.infer_s) if base and e is not ref else None,
-                    _pct(p.latency_us["p99"], base.latency_us["p99"])
+                    pct_change(p.infer_s, base.infer_s) if base and e is not ref else None,
+                    pct_change(p.latency_us["p99"], base.latency_us["p99"])
                     if base and e is not ref
                     else None,
                 )
