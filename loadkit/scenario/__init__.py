@@ -1,0 +1,52 @@
+"""Scenario: parse the YAML file and validate it into frozen dataclasses.
+
+Validation is strict and exhaustive in the k6 manner: unknown keys are refused with a "did you
+mean", and every problem is collected (file:line, key path, what was found, what was expected)
+before one ScenarioError is raised. Nothing here talks to a server; `check_against_models` takes
+model metadata that the control stage fetched.
+
+- model.py: the frozen specs (Scenario, RequestTemplate, TargetSpec, loads, thresholds);
+- checks.py: the Checker every section parses with (types, durations, sizes, files, ${VAR});
+- requests.py: requests and their inputs, the target, the mix;
+- phases.py: phases, their loads, thresholds and requirements;
+- parse.py: load_scenario, the file through every section;
+- against_server.py: the scenario against the server's model metadata.
+"""
+
+from loadkit.scenario.against_server import (
+    ModelInfo,
+    check_against_models,
+    unbatched_models,
+    with_model_facts,
+)
+from loadkit.scenario.model import (
+    ARRIVALS,
+    DATA_KINDS,
+    DTYPES,
+    LATENCY_METRICS,
+    MAX_CONCURRENCY,
+    MAX_RATE,
+    THRESHOLD_METRICS,
+    TRANSPORTS,
+    ConcurrencyLoad,
+    InputSpec,
+    PhaseSpec,
+    RateLoad,
+    RequestTemplate,
+    Requirements,
+    Scenario,
+    TargetSpec,
+    Threshold,
+    Thresholds,
+    TLSSpec,
+)
+from loadkit.scenario.parse import load_scenario
+from loadkit.scenario.phases import parse_ramp, parse_rate_ramp
+
+__all__ = [
+    "ARRIVALS", "DATA_KINDS", "DTYPES", "LATENCY_METRICS", "MAX_CONCURRENCY", "MAX_RATE",
+    "THRESHOLD_METRICS", "TRANSPORTS", "ConcurrencyLoad", "InputSpec", "ModelInfo", "PhaseSpec",
+    "RateLoad", "RequestTemplate", "Requirements", "Scenario", "TLSSpec", "TargetSpec",
+    "Threshold", "Thresholds", "check_against_models", "load_scenario", "parse_ramp",
+    "parse_rate_ramp", "unbatched_models", "with_model_facts",
+]

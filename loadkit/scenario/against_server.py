@@ -1,0 +1,127 @@
+"""The scenario against the server's model metadata: what only a running Triton can tell."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from loadkit.errors import Problem, suggest
+from loadkit.scenario.model import Scenario
+from loadkit.yamlsource import KeyPath
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the server says about one model: enough to check a template against it."""
+
+    name: str
+    max_batch_size: int
+    inputs: dict[str, tuple[str, tuple[int, ...]]]
+    outputs: dict[str, tuple[str, tuple[int, ...]]]
+    decoupled: bool = False  # model_transaction_policy.decoupled: several responses a request
+    sequence: bool = False  # sequence_batching: requests need correlation ids
+
+
+def unbatched_models(models: dict[str, ModelInfo | str]) -> list[str]:
+    return sorted(m for m, i in models.items() if isinstance(i, ModelInfo) and
+                  i.max_batch_size == 0)
+
+
+def with_model_facts(scenario: Scenario, unbatched: list[str]) -> Scenario:
+    """The scenario with what only the server knows: which templates' models do not batch."""
+    requests = {
+        n: dataclasses.replace(t, batched=t.model not in unbatched)
+        for n, t in scenario.requests.items()
+    }
+    return dataclasses.replace(scenario, requests=requests)
+
+
+def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str]) -> list[Problem]:
+    """Compare templates with server metadata; a str value is the server's reason it has none."""
+    src = scenario.source
+    problems: list[Problem] = []
+    for t in scenario.requests.values():
+        base: KeyPath = ("requests", t.name)
+        info = models.get(t.model)
+        if info is None or isinstance(info, str):
+            reason = f": {info}" if isinstance(info, str) else ""
+            problems.append(
+                src.problem((*base, "model"), f"the server has no ready model '{t.model}'{reason}")
+            )
+            continue
+        if info.sequence or info.decoupled:
+            kind = (
+                "uses sequence batching (every request needs a correlation id and START/END "
+                "flags)" if info.sequence else
+                "is decoupled (a request gets several responses; loadkit would count each as a "
+                "request)"
+            )
+            problems.append(
+                src.problem((*base, "model"), f"model '{t.model}' {kind}: loadkit cannot "
+                            "measure such a model yet; expected a model without "
+                            f"{'sequence_batching' if info.sequence else 'decoupled transactions'}")
+            )
+            continue
+        if info.max_batch_size == 0 and t.batch_size != 1:
+            problems.append(
+                src.problem(
+                    (*base, "batch_size"),
+                    f"model '{t.model}' does not batch (max_batch_size 0); "
+                    f"expected 1, found {t.batch_size}",
+                )
+            )
+        elif info.max_batch_size and t.batch_size > info.max_batch_size:
+            problems.append(
+                src.problem(
+                    (*base, "batch_size"),
+                    f"expected at most model '{t.model}''s max_batch_size {info.max_batch_size}; "
+                    f"found {t.batch_size}",
+                )
+            )
+        given = {i.name: i for i in t.inputs}
+        for name in given:
+            if name not in info.inputs:
+                hint = suggest(name, info.inputs)
+                problems.append(
+                    src.problem(
+                        (*base, "inputs", name),
+                        f"model '{t.model}' has no input '{name}'{hint} "
+                        f"(has: {', '.join(info.inputs)})",
+                    )
+                )
+        for name, (dtype, dims) in info.inputs.items():
+            p: KeyPath = (*base, "inputs", name)
+            if name not in given:
+                problems.append(
+                    src.problem(
+                        (*base, "inputs"), f"input '{name}' of model '{t.model}' is missing"
+                    )
+                )
+                continue
+            spec = given[name]
+            if spec.dtype != dtype:
+                problems.append(
+                    src.problem(
+                        (*p, "dtype"), f"model '{t.model}' expects {dtype}; found {spec.dtype}"
+                    )
+                )
+            want = dims[1:] if info.max_batch_size else dims
+            if len(want) != len(spec.shape) or any(
+                w not in (-1, s) for w, s in zip(want, spec.shape, strict=True)
+            ):
+                problems.append(
+                    src.problem(
+                        (*p, "shape"),
+                        f"model '{t.model}' expects shape {list(want)} (without the batch "
+                        f"dimension); found {list(spec.shape)}",
+                    )
+                )
+        for out in t.outputs:
+            if out not in info.outputs:
+                problems.append(
+                    src.problem(
+                        (*base, "outputs"),
+                        f"model '{t.model}' has no output '{out}' (has: {', '.join(info.outputs)})",
+                    )
+                )
+    return problems

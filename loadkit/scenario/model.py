@@ -1,0 +1,213 @@
+"""The scenario as frozen data: what a run is asked to do, every field validated."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from loadkit.yamlsource import Source
+
+DTYPES: dict[str, str] = {
+    "BOOL": "bool",
+    "INT8": "int8",
+    "INT16": "int16",
+    "INT32": "int32",
+    "INT64": "int64",
+    "UINT8": "uint8",
+    "UINT16": "uint16",
+    "UINT32": "uint32",
+    "UINT64": "uint64",
+    "FP16": "float16",
+    "FP32": "float32",
+    "FP64": "float64",
+}
+DATA_KINDS = ("random", "zeros", "ones", "constant", "file")
+MAX_CONCURRENCY = 10_000
+ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    data: str = "random"
+    value: float | int | bool = 0
+    seed: int = 0
+    file: Path | None = None
+
+
+@dataclass(frozen=True)
+class RequestTemplate:
+    """One kind of request: model, version, batch size and how to fill each input."""
+
+    name: str
+    model: str
+    batch_size: int
+    inputs: tuple[InputSpec, ...]
+    outputs: tuple[str, ...] = ()
+    version: str = ""
+    # False for a model without batching (max_batch_size 0): its tensors carry no batch
+    # dimension. Only the server knows; with_model_facts() fills it in after the check.
+    batched: bool = True
+
+
+@dataclass(frozen=True)
+class TLSSpec:
+    root_certs: Path | None = None
+    client_cert: Path | None = None
+    client_key: Path | None = None
+
+
+TRANSPORTS = ("stream", "unary")
+
+
+SERVER_LOSS_POLICIES = ("abort", "wait")
+SERVER_LOSS_WAIT_S = {"abort": 10.0, "wait": 600.0}
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """Where load goes. `grpc=None` means the embedded server that loadkit starts itself."""
+
+    grpc: str | None = None
+    tls: TLSSpec | None = None
+    headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    timeout_s: float = 10.0
+    secret_values: tuple[str, ...] = field(default=(), repr=False)
+    metrics: str | None = None  # Prometheus endpoint; the embedded server supplies its own
+    transport: str = "stream"  # "stream": ModelStreamInfer per user; "unary": ModelInfer calls
+    # When the server cannot be reached mid-run: wait this long for it, then stop ("abort") or,
+    # with "wait", wait longer (server_loss_wait_s) and go on with the next step.
+    on_server_loss: str = "abort"
+    server_loss_wait_s: float = 10.0
+    reload_timeout_s: float = 120.0  # a config swap slower than this fails its phase
+    max_message_bytes: int = 4 << 20  # a larger response is RESOURCE_EXHAUSTED, as in grpc
+    # Other clients send to the same models: the server's counts include theirs, so client ==
+    # server per model cannot be checked (and is reported unchecked, with this reason).
+    shared: bool = False
+
+
+@dataclass(frozen=True)
+class ConcurrencyLoad:
+    """Closed loop: N users, each sending its next request when the last one answered."""
+
+    levels: tuple[int, ...]
+    step_duration_s: float
+    warmup_s: float
+    spec: str
+
+
+@dataclass(frozen=True)
+class RateLoad:
+    """Open loop: requests sent on a schedule fixed in advance, whatever the responses do.
+
+    Latency counts from each request's scheduled send time (no coordinated omission);
+    `max_concurrency` caps requests in flight (a send that finds the cap full is dropped and
+    counted); a send later than `late_tolerance_s` is sent and counted late.
+    """
+
+    levels: tuple[float, ...]  # requests per second, whole run (split between processes)
+    step_duration_s: float
+    warmup_s: float
+    spec: str
+    arrival: str = "constant"  # or "poisson"
+    seed: int = 0
+    max_concurrency: int = 0  # 0: no cap beyond MAX_CONCURRENCY
+    late_tolerance_s: float = 0.005
+
+
+ARRIVALS = ("constant", "poisson")
+MAX_RATE = 1_000_000.0
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """What a phase needs from the host; unmet, the phase is skipped with a reason, not failed."""
+
+    gpu: bool = False
+    files: tuple[Path, ...] = ()
+
+
+LATENCY_METRICS = ("p50", "p90", "p95", "p99", "p999")
+THRESHOLD_METRICS = (*LATENCY_METRICS, "error_rate", "min_throughput", "max_dropped")
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """One SLO: a latency max (µs), error_rate / max_dropped max (fraction) or min_throughput
+    (infer/s); for every request or one template; `where` is the file:line it came from."""
+
+    metric: str
+    limit: float
+    template: str | None = None
+    where: str = ""
+
+    @property
+    def key(self) -> tuple[str, str | None]:
+        return (self.metric, self.template)
+
+    @property
+    def name(self) -> str:
+        return f"{self.metric}[{self.template}]" if self.template else self.metric
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    items: tuple[Threshold, ...] = ()
+    abort_on_fail: bool = False
+
+    def extended(self, other: Thresholds) -> Thresholds:
+        """`other` (a phase's) overrides the same metric for the same template."""
+        keys = {t.key for t in other.items}
+        items = tuple(t for t in self.items if t.key not in keys) + other.items
+        return Thresholds(items, self.abort_on_fail or other.abort_on_fail)
+
+
+@dataclass(frozen=True)
+class PhaseSpec:
+    name: str
+    load: ConcurrencyLoad | RateLoad
+    config: dict[str, dict[str, Any]] = field(default_factory=dict)
+    requires: Requirements = Requirements()
+    thresholds: Thresholds = Thresholds()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    path: Path
+    target: TargetSpec
+    requests: dict[str, RequestTemplate]
+    mix: dict[str, float]
+    think_time_s: float
+    phases: tuple[PhaseSpec, ...]
+    source: Source = field(repr=False, compare=False)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        seen: dict[str, None] = {}
+        for t in self.requests.values():
+            seen.setdefault(t.model, None)
+        for phase in self.phases:
+            for model in phase.config:
+                seen.setdefault(model, None)
+        return tuple(seen)
+
+    def redacted(self) -> dict[str, Any]:
+        """The scenario as written, with secrets (resolved ${VAR} values) masked."""
+        return _redact(self.source.data, self.target.secret_values)
+
+
+def _redact(value: Any, secrets: tuple[str, ...]) -> Any:
+    if isinstance(value, dict):
+        return {k: _redact(v, secrets) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, secrets) for v in value]
+    if isinstance(value, str) and ENV_REF.search(value):
+        return value  # the reference itself is not the secret
+    if isinstance(value, str) and any(s and s in value for s in secrets):
+        return "***"
+    return value

@@ -1,0 +1,64 @@
+"""load_scenario: the YAML file, through every section's checks, into one Scenario."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+from loadkit.errors import ScenarioError
+from loadkit.scenario.checks import Checker, found
+from loadkit.scenario.model import RequestTemplate, Scenario
+from loadkit.scenario.phases import _phases, _thresholds
+from loadkit.scenario.requests import _mix, _target, _template
+from loadkit.yamlsource import load_yaml
+
+TOP_KEYS = (
+    "name", "description", "target", "requests", "mix", "think_time", "thresholds", "phases"
+)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Parse and validate a scenario file offline; raises ScenarioError listing every problem."""
+    path = Path(path)
+    src = load_yaml(path)
+    ck = Checker(src, path.resolve().parent)
+    top = ck.mapping(src.data, (), TOP_KEYS, ("requests", "phases"))
+    if top is None:
+        raise ScenarioError(ck.problems or [src.problem((), "not a scenario")])
+    name = top.get("name", path.stem)
+    if not isinstance(name, str) or not re.match(r"^[\w.\-]+$", name):
+        ck.add(
+            ("name",), f"expected a name of letters, digits, '.', '_' or '-'; found {found(name)}"
+        )
+        name = path.stem
+    target = _target(ck, top.get("target", {}))
+    requests: dict[str, RequestTemplate] = {}
+    raw_requests = top.get("requests")
+    if "requests" in top:
+        if not isinstance(raw_requests, dict) or not raw_requests:
+            ck.add(
+                ("requests",),
+                f"expected a mapping of request name -> template; found {found(raw_requests)}",
+            )
+        else:
+            for rname, rraw in raw_requests.items():
+                t = _template(ck, rname, rraw, ("requests", rname))
+                if t is not None:
+                    requests[rname] = t
+    names = list(raw_requests) if isinstance(raw_requests, dict) else []
+    mix = _mix(ck, top.get("mix"), names)
+    think = ck.duration(top.get("think_time", 0), ("think_time",), True)
+    ck.request_names = tuple(names)
+    thresholds = None
+    if "thresholds" in top:
+        thresholds = _thresholds(ck, top["thresholds"], ("thresholds",))
+    phases = _phases(ck, top["phases"]) if "phases" in top else ()
+    if thresholds is not None:
+        phases = tuple(
+            dataclasses.replace(ph, thresholds=thresholds.extended(ph.thresholds))
+            for ph in phases
+        )
+    if ck.problems:
+        raise ScenarioError(ck.problems)
+    return Scenario(name, path, target, requests, mix, think or 0.0, phases, src)
