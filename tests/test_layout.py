@@ -88,7 +88,8 @@ def test_a_cycle_is_found_when_there_is_one() -> None:
 
 
 def test_the_transport_imports_without_locust_or_gevent() -> None:
-    code = ("import sys, loadkit.drive.wire, loadkit.drive.engine, loadkit.drive.timer; "
+    code = ("import sys, loadkit.drive.wire, loadkit.drive.call, loadkit.drive.engine, "
+            "loadkit.drive.timer; "
             "print(' '.join(m for m in ('locust', 'gevent') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, timeout=60)
