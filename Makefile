@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup demo test lint bench bench-scaling soak clean models browser
+.PHONY: setup demo test test-fast lint bench bench-scaling soak clean models browser
 
 setup: $(STAMP)
 
@@ -32,6 +32,10 @@ browser:
 
 test: setup lint browser
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# Pure units only (marker `fast`: no server, no child process), in seconds.
+test-fast: setup
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m fast
 
 # loadkit vs perf_analyzer (C++) on the same embedded Triton, A B pairs; results in bench/results/.
 bench: setup

@@ -1,3 +1,3 @@
 """Plain-Locust entry point: `locust -f locustfile.py --scenario scenarios/quickstart.yaml`."""
 
-from loadkit.drive.locustfile import LoadkitShape, TritonUser  # noqa: F401
+from loadkit.locust.locustfile import LoadkitShape, TritonUser  # noqa: F401

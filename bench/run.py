@@ -247,8 +247,8 @@ def main() -> int:
     if not PERF_ANALYZER.is_file():
         print(f"{PERF_ANALYZER} missing: run bench/setup_perf_analyzer.sh", file=sys.stderr)
         return 2
-    from loadkit.control.server import ServerControl
-    from loadkit.server import EmbeddedServer
+    from loadkit.control.client import ServerControl
+    from loadkit.control.embedded import EmbeddedServer
 
     levels = [x for x in args.levels.split(",") if x]
     levels += [f"{x}/s" for x in args.rates.split(",") if x]

@@ -86,7 +86,7 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args()
-    from loadkit.server import EmbeddedServer
+    from loadkit.control.embedded import EmbeddedServer
 
     server = EmbeddedServer(models=("dense",)).start()
     rows = []

@@ -41,9 +41,10 @@ _MASK, _UNIT, _HALF_MAG, _HALF, _LEN = _constants()
 
 def record_value(h: HdrHistogram, value: int) -> bool:
     """`h.record_value(value)` for a histogram from new_histogram(), with hdrh's index
-    arithmetic inlined: one Python call instead of five, ~3x cheaper per sample on the engine
-    thread. Same buckets, counts, min and max (tests/test_record.py compares them); False, and
-    nothing recorded, above the trackable range. `value` is an int >= LOWEST_US."""
+    arithmetic inlined: one Python call instead of five, several times cheaper per sample on
+    the engine thread (docs/performance.md). Same buckets, counts, min and max
+    (tests/test_record.py compares them); False, and nothing recorded, above the trackable
+    range. `value` is an int >= LOWEST_US."""
     bucket = (value | _MASK).bit_length() - _UNIT - _HALF_MAG - 1
     index = ((bucket + 1) << _HALF_MAG) + (value >> (bucket + _UNIT)) - _HALF
     if index >= _LEN:
@@ -88,7 +89,7 @@ class StepWindow:
     service: dict[str, HdrHistogram] = field(default_factory=dict)
     dropped: Counter[str] = field(default_factory=Counter)
     late: Counter[str] = field(default_factory=Counter)
-    # of the successes' latencies, the µs spent in the generator's own framing (drive/engine.py)
+    # of the successes' latencies, the µs spent in the generator's own framing (engine/core.py)
     own_us: int = 0
     # per status code: the first distinct messages and how often each came (kept_message)
     messages: dict[str, dict[str, int]] = field(default_factory=dict)

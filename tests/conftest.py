@@ -11,8 +11,13 @@ from typing import Any
 
 import pytest
 
-from loadkit.control.server import ServerControl
-from loadkit.server import EmbeddedServer
+# The pytest process runs engines, grpc servers and threads of its own: a test that imports
+# Locust (test_deploy reads Locust's argument parser) must not monkey-patch it, or every later
+# thread would run on the gevent hub (seen: the whole suite hung in test_wire_hardening).
+os.environ.setdefault("LOCUST_SKIP_MONKEY_PATCH", "1")
+
+from loadkit.control.client import ServerControl  # noqa: E402
+from loadkit.control.embedded import EmbeddedServer  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,14 +79,15 @@ requests:
 mix: {{dense_b1: {w1}, cnn_b4: {w2}}}
 phases:
   - name: only
-    load: {{concurrency: {conc}, step_duration: {dur}, warmup: 0.5s}}
+    load: {{concurrency: {conc}, step_duration: {dur}, warmup: {warmup}}}
 """
 
 
 def dense_cnn(
-    name: str = "t", w1: int = 70, w2: int = 30, conc: str = "[2, 4]", dur: str = "3s"
+    name: str = "t", w1: int = 70, w2: int = 30, conc: str = "[2, 4]", dur: str = "3s",
+    warmup: str = "0.5s",
 ) -> str:
-    return DENSE_CNN.format(name=name, w1=w1, w2=w2, conc=conc, dur=dur)
+    return DENSE_CNN.format(name=name, w1=w1, w2=w2, conc=conc, dur=dur, warmup=warmup)
 
 
 def wait_for(condition: Any, timeout: float, what: str = "condition", poll: float = 0.02) -> Any:
@@ -96,3 +102,40 @@ def wait_for(condition: Any, timeout: float, what: str = "condition", poll: floa
         if time.monotonic() >= deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
         time.sleep(poll)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """`fast` (make test-fast) means no server: a fast test that asks for one is a mistake."""
+    for item in items:
+        if item.get_closest_marker("fast") and "triton" in getattr(item, "fixturenames", ()):
+            raise pytest.UsageError(f"{item.nodeid} is marked fast but uses the triton fixture")
+
+
+def steps_on_disk(out: Path, phase: int = 0) -> int:
+    """How many steps of a phase the run has written to results.json (written atomically after
+    every step), 0 before the file or the phase exists."""
+    if not (out / "results.json").exists():
+        return 0
+    phases = results(out)["phases"]
+    return len(phases[phase]["steps"]) if len(phases) > phase else 0
+
+
+def server_successes(address: str, model: str) -> int:
+    """The server's own cumulative success count for a model (0 while it cannot be read)."""
+    with ServerControl(address) as ctl:
+        counters, _ = ctl.read_counters((model,))
+    return counters[model].success if model in counters else 0
+
+
+def wait_inside_step(out: Path, address: str | None, model: str, steps_done: int,
+                     phase: int = 0, margin: int = 50, timeout: float = 120) -> None:
+    """Wait until `steps_done` steps of `phase` are on disk and then the server has answered
+    `margin` more requests for `model`: the next step's measured window is under way. Only
+    for phases with `warmup: 0s` (a warm-up would send those requests before the window
+    opens). `address` None: read from results.json."""
+    wait_for(lambda: steps_on_disk(out, phase) >= steps_done, timeout,
+             f"{steps_done} step(s) of phase {phase} on disk")
+    address = address or results(out)["target"]
+    base = server_successes(address, model)
+    wait_for(lambda: server_successes(address, model) >= base + margin, 60,
+             f"{margin} requests of the next step")

@@ -7,7 +7,7 @@ import math
 import pytest
 from conftest import loadkit, results, write
 
-from loadkit.capacity import (
+from loadkit.loads.capacity import (
     CapacityInputError,
     Probe,
     Search,
@@ -18,18 +18,21 @@ from loadkit.capacity import (
 )
 
 
+@pytest.mark.fast
 def test_parse_slo_reads_terms_and_adds_default_limits() -> None:
     slo = {t.metric: t.limit for t in parse_slo("p99<50ms, p50<=800us")}
     assert slo == {"p99": 50_000, "p50": 800, "error_rate": 0.01, "max_dropped": 0.01}
     assert {t.metric: t.limit for t in parse_slo("p99.9<1s,error_rate<0.5%")}["error_rate"] == 0.005
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("text", ["p99>50ms", "p99<50", "error_rate<1%", "p42<1ms", ""])
 def test_parse_slo_refuses_what_it_cannot_read(text) -> None:
     with pytest.raises(CapacityInputError, match="--slo"):
         parse_slo(text)
 
 
+@pytest.mark.fast
 def test_parse_rate_and_replicas() -> None:
     assert parse_rate("3000/s", "--peak") == 3000 and parse_rate("12.5", "--peak") == 12.5
     with pytest.raises(CapacityInputError, match="--peak"):
@@ -49,6 +52,7 @@ def _drive(search: Search, capacity: float) -> list[tuple[float, str]]:
     return asked
 
 
+@pytest.mark.fast
 def test_search_brackets_bisects_and_confirms() -> None:
     s = Search(start=100, precision=0.05)
     asked = _drive(s, capacity=730)
@@ -57,6 +61,7 @@ def test_search_brackets_bisects_and_confirms() -> None:
     assert 730 / 1.05 <= s.lo <= 730 and s.hi is not None and (s.hi - s.lo) / s.lo <= 0.05
 
 
+@pytest.mark.fast
 def test_search_halves_down_when_the_start_is_too_high_and_stops_at_the_floor() -> None:
     s = Search(start=1000, precision=0.1)
     _drive(s, capacity=90)
@@ -66,6 +71,7 @@ def test_search_halves_down_when_the_start_is_too_high_and_stops_at_the_floor() 
     assert never.lo is None and never.stopped == "floor"
 
 
+@pytest.mark.fast
 def test_a_failed_confirmation_moves_the_answer_down() -> None:
     s = Search(start=100, precision=0.1)
     flaky = {"done": False}
@@ -78,6 +84,7 @@ def test_a_failed_confirmation_moves_the_answer_down() -> None:
     assert s.confirmed and s.lo is not None and s.lo < 500
 
 
+@pytest.mark.fast
 def test_after_a_failed_confirmation_every_probe_is_long() -> None:
     s = Search(start=100, precision=0.1)
     kinds = []
@@ -93,6 +100,7 @@ def test_after_a_failed_confirmation_every_probe_is_long() -> None:
     assert s.confirmed and s.lo is not None and 420 / 1.1 <= s.lo <= 420
 
 
+@pytest.mark.fast
 def test_verdict_names_what_broke() -> None:
     slo = parse_slo("p99<10ms")
     step = {"status": "ok", "requests": 100, "errors": {"UNAVAILABLE": 5}, "client": {},

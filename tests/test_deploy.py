@@ -3,6 +3,7 @@ so what can be proven is that the files say what a GPU host needs and that loadk
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from conftest import ROOT, loadkit
 
@@ -10,6 +11,7 @@ from loadkit.plan import build_plan
 from loadkit.scenario import load_scenario
 
 
+@pytest.mark.fast
 def test_compose_serves_triton_with_gpu_explicit_control_and_runs_loadkit() -> None:
     compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
@@ -55,6 +57,7 @@ def _args(container: dict) -> list[str]:
     return [*container["command"], *container["args"]]
 
 
+@pytest.mark.fast
 def test_k8s_master_and_workers_run_the_same_image_scenario_and_port() -> None:
     """The manifests' commands are the ones the distributed tests run, wired to one Service."""
     from locust.argument_parser import parse_options
@@ -79,6 +82,7 @@ def test_k8s_master_and_workers_run_the_same_image_scenario_and_port() -> None:
     assert service["spec"]["type"] == "ClusterIP"  # the UI is not exposed by default
 
 
+@pytest.mark.fast
 def test_k8s_headless_job_is_a_valid_loadkit_master_command() -> None:
     from loadkit.cli import build_parser
 

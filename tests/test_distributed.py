@@ -6,10 +6,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from conftest import ROOT, results, write
+from conftest import ROOT, results, wait_inside_step, write
 from test_run import assert_accounted
 
 SCENARIO = """
@@ -28,7 +27,7 @@ requests:
 mix: {{dense_b1: 80, cnn_b4: 20}}
 phases:
   - name: closed
-    load: {{concurrency: {conc}, step_duration: {dur}, warmup: 0.5s}}
+    load: {{concurrency: {conc}, step_duration: {dur}, warmup: 0s}}
   - name: open
     load: {{rate: {rate}, step_duration: {dur}, warmup: 0.5s}}
 """
@@ -81,13 +80,7 @@ def test_worker_killed_mid_step_is_reported_and_the_run_goes_on(triton, tmp_path
     out = tmp_path / "r"
     proc = _start(scen, out, triton.grpc_address, 2)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # wait for the first measured step to be under way
-            steps = (out / "results.json").exists() and results(out)["phases"]
-            if steps and steps[0]["steps"]:
-                break
-            time.sleep(0.2)
-        time.sleep(1.5)  # inside step 2 now
+        wait_inside_step(out, triton.grpc_address, "dense", 1)  # step 2 is sending
         victims = _workers_of(proc.pid)
         assert len(victims) == 2, victims
         os.kill(victims[0], signal.SIGKILL)
@@ -123,7 +116,7 @@ def test_worker_killed_mid_step_is_reported_and_the_run_goes_on(triton, tmp_path
 
 def test_plain_locust_master_and_workers(triton, tmp_path) -> None:
     """The documented multi-machine commands, on one host: `locust --master` + 2 `--worker`."""
-    from loadkit.drive.workers import free_port
+    from loadkit.control.embedded import free_port
 
     scen = write(tmp_path / "p.yaml", SCENARIO.format(conc="[2, 4]", dur="2s", rate=200))
     out, port = tmp_path / "r", str(free_port())

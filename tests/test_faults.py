@@ -12,10 +12,9 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, results, write
+from conftest import ROOT, results, wait_inside_step, write
 
-from loadkit.drive.workers import free_port
-from loadkit.server import EmbeddedServer
+from loadkit.control.embedded import EmbeddedServer, free_port
 
 SCENARIO = """
 name: faults
@@ -32,7 +31,7 @@ requests:
       INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 3}}
 phases:
   - name: only
-    load: {{concurrency: [2, 2, 2], step_duration: {dur}, warmup: 0.5s}}
+    load: {{concurrency: [2, 2, 2], step_duration: {dur}, warmup: 0s}}
 """
 
 
@@ -48,17 +47,6 @@ def _run(scen: Path, out: Path) -> subprocess.Popen[str]:
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-
-
-def _wait_steps(out: Path, n: int, timeout_s: float = 60) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if (out / "results.json").exists():
-            phases = results(out)["phases"]
-            if phases and len(phases[0]["steps"]) >= n:
-                return
-        time.sleep(0.1)
-    raise AssertionError(f"{n} steps not on disk within {timeout_s} s")
 
 
 def _kill(server: EmbeddedServer) -> None:
@@ -78,11 +66,10 @@ def test_server_killed_mid_step(tmp_path, policy) -> None:
     proc = _run(scen, out)
     restarted: list[EmbeddedServer] = []
     try:
-        _wait_steps(out, 1)
-        time.sleep(1.0)  # a second into step 2
+        wait_inside_step(out, server.grpc_address, "dense", 1)  # step 2 is sending
         _kill(server)
         if policy == "wait":
-            time.sleep(3)
+            time.sleep(3)  # not a wait for anything: how long the server stays down
             restarted.append(_server(tmp_path, ports))
         stdout, stderr = proc.communicate(timeout=120)
     finally:
@@ -124,8 +111,7 @@ def test_server_stalled_with_sigstop_counts_timeouts(tmp_path) -> None:
     out = tmp_path / "r"
     proc = _run(scen, out)
     try:
-        _wait_steps(out, 1)
-        time.sleep(0.8)
+        wait_inside_step(out, server.grpc_address, "dense", 1)  # step 2 is sending
         assert server.process is not None
         # the server process only: stopping its python-backend stubs too makes Triton 2.51
         # abort on resume (boost::interprocess::lock_exception), which loadkit then reports as

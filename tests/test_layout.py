@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import ROOT
 
 PACKAGE = ROOT / "loadkit"
@@ -72,24 +73,27 @@ def _package_parent(a: str, b: str) -> bool:
     return a.startswith(b + ".") or b.startswith(a + ".")
 
 
+@pytest.mark.fast
 def test_the_package_has_no_import_cycle() -> None:
     modules = _modules()
     graph = {
         name: {d for d in _imports(name, path, modules) if not _package_parent(name, d)}
         for name, path in modules.items()
     }
-    assert "loadkit.drive.conductor" in graph and graph["loadkit.run"]  # the walk saw imports
+    assert "loadkit.run.conductor" in graph and graph["loadkit.run.run"]  # the walk saw imports
     assert _cycle(graph) is None, " -> ".join(_cycle(graph) or [])
 
 
+@pytest.mark.fast
 def test_a_cycle_is_found_when_there_is_one() -> None:
     assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
     assert _cycle({"a": {"b"}, "b": set()}) is None
 
 
 def test_the_transport_imports_without_locust_or_gevent() -> None:
-    code = ("import sys, loadkit.drive.wire, loadkit.drive.call, loadkit.drive.engine, "
-            "loadkit.drive.timer; "
+    code = ("import sys, loadkit.transport.wire, loadkit.transport.call, loadkit.engine.core, "
+            "loadkit.transport.timer, loadkit.transport.payloads, loadkit.loads.closed, "
+            "loadkit.loads.open_rate; "
             "print(' '.join(m for m in ('locust', 'gevent') if m in sys.modules))")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=ROOT, timeout=60)

@@ -17,7 +17,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 from conftest import ROOT, loadkit, results, wait_for, write
 
-from loadkit.server import EmbeddedServer
+from loadkit.control.embedded import EmbeddedServer
 
 ERRORS = """
 name: errs
@@ -307,7 +307,7 @@ def test_a_refused_worker_is_named_and_the_run_stops(triton, tmp_path) -> None:
     """A worker started with a different scenario (another seed: other request bytes) is refused
     with the first field that differs; with no worker left the run stops before any step,
     exit 1, one line saying why."""
-    from loadkit.drive.workers import free_port
+    from loadkit.control.embedded import free_port
 
     mine = write(tmp_path / "m.yaml", SHARED)
     other = write(tmp_path / "o.yaml", SHARED.replace("shape: [256]}", "shape: [256], seed: 9}"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from loadkit.control.metrics import diff_metrics, parse_metrics
 
 TEXT = """# HELP nv_inference_request_success Number of successful inference requests
@@ -15,6 +17,9 @@ nv_gpu_utilization{gpu_uuid="GPU-1"} 0.5
 # TYPE nv_cpu_utilization gauge
 nv_cpu_utilization 0.25
 """
+
+
+pytestmark = pytest.mark.fast
 
 
 def test_parse_keeps_triton_names_reasons_and_gpu_labels() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from loadkit.plan import Step
 from loadkit.record import (
     HIGHEST_US,
@@ -15,6 +17,8 @@ from loadkit.record import (
     new_histogram,
     record_value,
 )
+
+pytestmark = pytest.mark.fast
 
 
 def step() -> Step:

@@ -8,9 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
-from conftest import ROOT, loadkit, results, write
+import pytest
+from conftest import ROOT, loadkit, results, wait_inside_step, write
 
 from loadkit.report.compare import build
 from loadkit.report.markdown import comparison_table
@@ -37,6 +37,7 @@ def _phase(name: str, steps: list, status: str = "ok", reason: str = "") -> dict
     return {"name": name, "status": status, "reason": reason, "reload_s": {}, "steps": steps}
 
 
+@pytest.mark.fast
 def test_build_deltas_best_phases_and_not_measured() -> None:
     run = {
         "scenario_name": "s",
@@ -65,7 +66,7 @@ phases:
   - name: baseline
     load: {concurrency: [4, 8], step_duration: 1.5s, warmup: 0.3s}
   - name: batching
-    load: {concurrency: [4, 8, 12], step_duration: 3s, warmup: 0.3s}
+    load: {concurrency: [4, 8, 12], step_duration: 3s, warmup: 0s}
     config:
       dense:
         dynamic_batching: {preferred_batch_size: [4, 8], max_queue_delay_microseconds: 500}
@@ -82,14 +83,9 @@ def test_ctrl_c_mid_phase_restores_and_report_rerenders_identically(
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:  # first step of the batching phase on disk, then Ctrl-C
-        data = results(out) if (out / "results.json").exists() else {"phases": []}
-        if len(data["phases"]) == 2 and len(data["phases"][1]["steps"]) == 1:
-            break
-        time.sleep(0.1)
+    # the batching phase's first step on disk and its second one sending, then Ctrl-C
+    wait_inside_step(out, triton.grpc_address, "dense", 1, phase=1)
     assert "dynamic_batching" in control.config("dense")  # the overlay is live mid-phase
-    time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err

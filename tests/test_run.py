@@ -13,7 +13,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, dense_cnn, loadkit, results, wait_for, write
+from conftest import (
+    ROOT,
+    dense_cnn,
+    loadkit,
+    results,
+    steps_on_disk,
+    wait_for,
+    wait_inside_step,
+    write,
+)
 
 from loadkit.record import decode
 
@@ -180,7 +189,7 @@ def test_plain_locust_headless_runs_the_scenario_and_exits(triton, tmp_path) -> 
 
 
 def test_sigint_mid_step_keeps_completed_steps_and_exits_130(triton, tmp_path) -> None:
-    scen = write(tmp_path / "i.yaml", dense_cnn(name="intr", conc="[2, 4]", dur="4s"))
+    scen = write(tmp_path / "i.yaml", dense_cnn(name="intr", conc="[2, 4]", dur="4s", warmup="0s"))
     out = tmp_path / "r"
     proc = subprocess.Popen(
         [
@@ -200,12 +209,7 @@ def test_sigint_mid_step_keeps_completed_steps_and_exits_130(triton, tmp_path) -
         cwd=ROOT,
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:  # wait for step 1 to be on disk, then interrupt step 2
-        if (out / "results.json").exists() and len(results(out)["phases"][0]["steps"]) == 1:
-            break
-        time.sleep(0.1)
-    time.sleep(1.5)
+    wait_inside_step(out, triton.grpc_address, "dense", 1)  # then interrupt step 2
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -229,13 +233,7 @@ def test_sigkill_keeps_finished_steps_on_disk_and_leaves_no_server(tmp_path) -> 
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
     )
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if (out / "results.json").exists() and results(out)["phases"] and len(
-                results(out)["phases"][0]["steps"]
-            ) == 1:
-                break
-            time.sleep(0.1)
+        wait_for(lambda: steps_on_disk(out) >= 1, 90, "step 1 on disk")
         assert _triton_processes() > before, "the embedded server should be running"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
@@ -247,7 +245,5 @@ def test_sigkill_keeps_finished_steps_on_disk_and_leaves_no_server(tmp_path) -> 
     steps = data["phases"][0]["steps"]
     assert len(steps) >= 1 and steps[0]["status"] == "ok"
     assert_accounted(steps[0])
-    deadline = time.monotonic() + 20
-    while _triton_processes() > before and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _triton_processes() == before, "an orphan tritonserver outlived loadkit"
+    wait_for(lambda: _triton_processes() == before, 20,
+             "the embedded tritonserver to go with loadkit (no orphan)")

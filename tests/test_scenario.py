@@ -35,10 +35,12 @@ def assert_reported(problems: list, path: Path) -> None:
     pytest.fail(f"expected {line} {key}: {message!r} in:\n{listing}")
 
 
+@pytest.mark.fast
 def test_corpus_is_large_enough() -> None:
     assert len(OFFLINE) + len(SERVER) >= 30
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize("path", OFFLINE, ids=lambda p: p.stem)
 def test_bad_scenario_offline(path: Path) -> None:
     with pytest.raises(ScenarioError) as info:
@@ -81,6 +83,7 @@ def test_run_refuses_server_mismatch_before_sending(triton, control) -> None:
     assert after.success == before.success and after.fail == before.fail
 
 
+@pytest.mark.fast
 def test_every_problem_is_reported_at_once(tmp_path: Path) -> None:
     path = write(
         tmp_path / "many.yaml",
@@ -101,6 +104,7 @@ phases:
     } <= paths
 
 
+@pytest.mark.fast
 @pytest.mark.parametrize(
     ("spec", "levels"),
     [
@@ -115,6 +119,7 @@ def test_parse_ramp(spec, levels) -> None:
     assert parse_ramp(spec) == (levels, None)
 
 
+@pytest.mark.fast
 def test_ramp_written_unquoted_is_not_sexagesimal(tmp_path: Path) -> None:
     # YAML 1.1 would read 2:16:2 as 8162; the scenario means a ramp.
     path = write(
@@ -136,11 +141,13 @@ phases:
     assert "concurrency 2, 4, 6, 8, 10, 12, 14, 16" in plan.describe()
 
 
+@pytest.mark.fast
 def test_shipped_scenarios_validate() -> None:
     for path in sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml")):
         load_scenario(path)
 
 
+@pytest.mark.fast
 def test_secret_header_is_redacted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LK_TOKEN", "s3cr3t-value")
     path = write(

@@ -7,9 +7,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
-from conftest import ROOT, loadkit, results, write
+from conftest import ROOT, loadkit, results, wait_for, wait_inside_step, write
 
 TOKEN = "lk-test-token-7f3a9c0e51d2"
 
@@ -55,7 +54,7 @@ phases: [{name: x, load: {concurrency: 1, step_duration: 1s}}]
     proc = loadkit("validate", "--offline", str(scen))
     assert proc.returncode == 0
     from loadkit.cli import build_parser
-    from loadkit.drive.workers import master_address
+    from loadkit.locust.workers import master_address
 
     args = build_parser().parse_args(["run", str(scen), "--master", "--master-bind-host",
                                       "0.0.0.0"])
@@ -87,7 +86,7 @@ requests:
       INPUT0: {dtype: FP32, shape: [256], data: random}
 phases:
   - name: only
-    load: {concurrency: [2, 2, 2], step_duration: 3s, warmup: 0.5s}
+    load: {concurrency: [2, 2, 2], step_duration: 3s, warmup: 0s}
 """)
     servers, workers = _count("bin/tritonserver"), _count("loadkit worker")
     out = tmp_path / "r"
@@ -97,13 +96,7 @@ phases:
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if (out / "results.json").exists() and results(out)["phases"] and results(out)[
-                    "phases"][0]["steps"]:
-                break
-            time.sleep(0.2)
-        time.sleep(1.5)
+        wait_inside_step(out, None, "dense", 1)  # step 2 is sending
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=90)
     finally:
@@ -115,6 +108,5 @@ phases:
     assert data["status"] == "interrupted" and steps[0]["status"] == "ok"
     assert steps[-1]["status"] == "partial"
     assert steps[0]["server"]["dense"]["success"] == steps[0]["requests"]
-    time.sleep(1)
-    assert _count("bin/tritonserver") == servers
-    assert _count("loadkit worker") == workers
+    wait_for(lambda: _count("bin/tritonserver") == servers, 20, "the embedded server to go")
+    wait_for(lambda: _count("loadkit worker") == workers, 20, "the worker processes to go")

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+import pytest
 from conftest import loadkit, results, write
 
+from loadkit.run.slo import check_phase
 from loadkit.scenario import Threshold
-from loadkit.slo import check_phase
 
 GATES = """
 name: gates
@@ -86,6 +87,7 @@ def test_abort_on_fail_stops_early_writes_report_and_restores(triton, control, t
     assert control.config("dense") == before
 
 
+@pytest.mark.fast
 def test_a_threshold_holds_only_when_every_step_holds() -> None:
     """Pure: the worst step decides, and a step with nothing measured is `no data`, never a
     pass (unless another step fails outright)."""

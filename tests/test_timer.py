@@ -7,12 +7,15 @@ import time
 
 import pytest
 
-from loadkit.drive.engine import new_event_loop
-from loadkit.drive.timer import PreciseTimer
+from loadkit.engine.eventloop import new_event_loop
+from loadkit.transport.timer import PreciseTimer
 
 pytestmark = pytest.mark.skipif(not PreciseTimer.available(), reason="skipped: no timerfd here")
 
 DELAY_S = 0.00025
+
+
+pytestmark = pytest.mark.fast
 
 
 def _delays(use_timerfd: bool, n: int = 40) -> list[float]:

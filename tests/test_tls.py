@@ -11,7 +11,7 @@ import pytest
 import trustme
 from conftest import loadkit, results, write
 
-from loadkit.server import EmbeddedServer
+from loadkit.control.embedded import EmbeddedServer
 
 SCENARIO = """
 name: tls

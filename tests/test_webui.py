@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -72,20 +71,23 @@ def test_triton_tab_shows_the_numbers_of_results_json(ui) -> None:
             page.goto(url + "/")
             page.get_by_role("button", name="START").click()
             page.get_by_role("tab", name="Triton").click()
-            page.wait_for_timeout(2500)
+            page.locator("table tbody tr").first.wait_for(timeout=30_000)
             page.screenshot(path=str(tmp / "triton-tab-running.png"))
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline:
-                if (out / "results.json").exists() and results(out)["status"] == "complete":
-                    break
-                time.sleep(0.5)
+            wait_for(lambda: (out / "results.json").exists()
+                     and results(out)["status"] == "complete", 90, "the run to complete")
             data = results(out)
-            assert data["status"] == "complete"
-            page.wait_for_timeout(3500)  # the UI polls /stats/requests every ~2 s
-            cells = [
-                [c.inner_text().strip() for c in row.locator("td").all()]
-                for row in page.locator("table tbody tr").all()
-            ]
+            final = {(p["name"], str(s["index"] + 1)): str(s["requests"])
+                     for p in data["phases"] for s in p["steps"]}
+
+            def table() -> list[list[str]] | None:
+                """The tab's rows once it shows every step's final count (it polls ~2 s)."""
+                rows = [[c.inner_text().strip() for c in row.locator("td").all()]
+                        for row in page.locator("table tbody tr").all()]
+                shown = {(r[0], r[1]): r[4] for r in rows[1:] if len(r) > 10 and r[1]}
+                return rows if all(shown.get(k) == v for k, v in final.items()) else None
+
+            cells = wait_for(table, 30, "the Triton tab to show every step's final numbers",
+                             poll=0.2)
             page.screenshot(path=str(tmp / "triton-tab.png"), full_page=True)
         finally:
             browser.close()
@@ -123,7 +125,7 @@ phases:
 def _ui_process(triton: Any, tmp_path: Path, scenario: str) -> tuple[subprocess.Popen[str], str,
                                                                        Path]:
     """`loadkit ui` on the scenario, once its page answers: (process, URL, report folder)."""
-    from loadkit.drive.workers import free_port
+    from loadkit.control.embedded import free_port
 
     port = free_port()
     out = tmp_path / "report"

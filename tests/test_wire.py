@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2
 
-from loadkit.drive.wire import InferError, Wire, frame
 from loadkit.scenario import TargetSpec
+from loadkit.transport.call import InferError, frame
+from loadkit.transport.wire import Wire
 
 INFER = b"/inference.GRPCInferenceService/ModelInfer"
 STREAM = b"/inference.GRPCInferenceService/ModelStreamInfer"
@@ -97,7 +98,7 @@ def test_new_calls_move_to_a_fresh_connection_before_stream_ids_run_out(
     """HTTP/2 allows 2^30 client streams per connection. Past the limit (here made 5) new calls
     go on a new connection; a stream still open on the old one keeps working, and the old one
     closes once it has ended. No request is lost on the way."""
-    import loadkit.drive.wire as wire_module
+    import loadkit.transport.wire as wire_module
 
     monkeypatch.setattr(wire_module, "STREAMS_PER_CONNECTION", 5)
 
@@ -130,7 +131,7 @@ def test_fast_path_hands_the_receive_window_back(triton, control, monkeypatch) -
     flow-control window itself. With the window made 16 KiB, 300 responses of ~1 KiB on one
     stream (and unary calls on the same connection) are over 18 windows: without the
     WINDOW_UPDATEs the server would stop sending after the first and every wait time out."""
-    import loadkit.drive.wire as wire_module
+    import loadkit.transport.connection as wire_module
 
     monkeypatch.setattr(wire_module, "WINDOW", 16 << 10)
 
@@ -168,7 +169,7 @@ def test_frames_split_across_reads_arrive_whole(triton, control, monkeypatch) ->
     Here every read the server's bytes produce is fed to it 7 bytes at a time (frame headers
     and messages split anywhere, h2's frames too): stream and unary replies and a status error
     must all arrive intact, and the server's count must match."""
-    import loadkit.drive.wire as wire_module
+    import loadkit.transport.connection as wire_module
 
     whole = wire_module.Connection.data_received
 

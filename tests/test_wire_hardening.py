@@ -22,11 +22,13 @@ from conftest import wait_for
 from grpc_peer import Peer, request_bytes
 from tritonclient.grpc import service_pb2
 
-from loadkit.drive.engine import Engine
-from loadkit.drive.wire import MAX_MESSAGE_BYTES, Call, InferError, Wire, frame
+from loadkit.engine.core import Engine
+from loadkit.loads.closed import run_closed
 from loadkit.plan import Step
 from loadkit.record import Recorder, StepWindow
 from loadkit.scenario import TargetSpec, TLSSpec
+from loadkit.transport.call import MAX_MESSAGE_BYTES, Call, InferError, frame
+from loadkit.transport.wire import Wire
 
 INFER = b"/inference.GRPCInferenceService/ModelInfer"
 STREAM = b"/inference.GRPCInferenceService/ModelStreamInfer"
@@ -38,11 +40,12 @@ def drive(address: str, target: TargetSpec, payload: bytes, users: int, count: i
     `timeout_s`), then a drained close: the window holds every request sent."""
     recorder = Recorder()
     engine = Engine(address, target, [payload], ["t"], lambda _rng: 0, recorder,
-                    transport=transport)
+                    method=transport)
     engine.start()
     window = recorder.open(Step(0, "p", 0, users, 0.0, 1.0))
     for i in range(users):
         engine.add_lane(random.Random(i))
+    engine.set_runner(run_closed)
     engine.open_gate()
     try:
         wait_for(lambda: window.successes() + window.error_count() >= count, timeout_s,
@@ -71,7 +74,7 @@ def test_calls_wait_for_a_free_stream_under_max_concurrent_streams(transport: st
     assert window.error_count() == 0, window.messages
     assert window.successes() == window.sent == answered
     assert peer.servicer.max_in_flight <= 2
-    assert engine._wire is not None and engine._wire.connects == 1
+    assert engine.wire is not None and engine.wire.connects == 1
 
 
 def test_stream_users_beyond_the_limit_fail_by_deadline_and_say_why() -> None:
@@ -97,7 +100,7 @@ def test_goaway_lets_started_calls_finish_and_moves_new_ones(transport: str) -> 
         window, engine = drive(peer.address, TargetSpec(peer.address), request_bytes(),
                                4, 400, transport)
         answered = peer.servicer.answered
-    assert engine._wire is not None and engine._wire.connects >= 3, "no GOAWAY was seen"
+    assert engine.wire is not None and engine.wire.connects >= 3, "no GOAWAY was seen"
     assert window.error_count() == 0, window.messages
     assert window.successes() == window.sent == answered
 
@@ -160,6 +163,7 @@ def test_replies_above_the_message_limit_are_resource_exhausted(triton, control)
     assert control.counters(("blob",))["blob"].success - before == 5
 
 
+@pytest.mark.fast
 def test_a_message_in_many_frames_is_kept_in_pieces_and_joined_once() -> None:
     """Receive buffering is linear in the message size: the pieces of a 4 MB message that
     arrives in 16 KB frames are kept as they came and joined once, at the end (copying the
@@ -177,6 +181,7 @@ def test_a_message_in_many_frames_is_kept_in_pieces_and_joined_once() -> None:
     assert got == [body] and not call.parts
 
 
+@pytest.mark.fast
 def test_a_unary_call_that_ends_without_grpc_status_is_internal() -> None:
     """A reply with a message but no grpc-status (a proxy cut the trailers) is not a success."""
     call = Call(1, unary=True)
@@ -188,10 +193,11 @@ def test_a_unary_call_that_ends_without_grpc_status_is_internal() -> None:
     assert "grpc-status" in str(errors[0][1])
 
 
+@pytest.mark.fast
 def test_reset_codes_map_as_grpc_maps_them() -> None:
     import h2.errors
 
-    from loadkit.drive.wire import _reset_status
+    from loadkit.transport.call import _reset_status
 
     codes = h2.errors.ErrorCodes
     assert _reset_status(codes.CANCEL) == "CANCELLED"

@@ -3,6 +3,8 @@
 Each phase's effective config is the model's config *before the run* (read from the server, so
 it works against remote servers too) with that phase's overlay merged on top; overlays do not
 accumulate from phase to phase. Every model touched is restored at the end, also on abort.
+The controller returns what happened (PhaseOutcome, restore failures) and says it as typed
+events; it never writes the run's results itself.
 """
 
 from __future__ import annotations
@@ -10,15 +12,21 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from loadkit.clock import utcnow
-from loadkit.control.config import local_problems, merge
+from loadkit.control.client import ModelCounters, ServerControl
 from loadkit.control.metrics import MetricsSnapshot
-from loadkit.control.server import ModelCounters, ServerControl
 from loadkit.errors import ControlError
+from loadkit.events import (
+    ConfigApplied,
+    ConfigRefused,
+    ConfigRestored,
+    EventLog,
+    ModelReloaded,
+    PhaseSkipped,
+)
+from loadkit.modelconfig import local_problems, merge
 from loadkit.plan import PhasePlan
-from loadkit.results import PhaseResult
 
 READY_TIMEOUT_S = 120.0
 RECOVER_S = 60.0  # how long a server that came back may take to accept its models again
@@ -29,6 +37,18 @@ SETTLE_TRIES = 50
 
 class ReloadTimeout(ControlError):
     """A config load that did not finish within target.reload_timeout."""
+
+
+@dataclass
+class PhaseOutcome:
+    """What applying a phase's configs came to: `ok`, `skipped` (the host lacks what the phase
+    needs) or `failed` (a config was refused or timed out), with the reason, each model's
+    reload time and the configs the server then runs."""
+
+    status: Literal["ok", "failed", "skipped"] = "ok"
+    reason: str = ""
+    reload_s: dict[str, float] = field(default_factory=dict)
+    config: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -51,7 +71,7 @@ def _explain(exc: ControlError) -> str:
 
 class Controller:
     def __init__(
-        self, control: ServerControl, models: tuple[str, ...], events: list[dict[str, Any]],
+        self, control: ServerControl, models: tuple[str, ...], events: EventLog,
         reload_timeout_s: float = READY_TIMEOUT_S,
     ):
         self.control = control
@@ -117,15 +137,14 @@ class Controller:
                 return "skipped: no GPU (the server's metrics report none)"
         return ""
 
-    def apply_phase(self, phase: PhasePlan, result: PhaseResult) -> None:
-        """Bring every touched model to original + this phase's overlay; mark failures."""
+    def apply_phase(self, phase: PhasePlan) -> PhaseOutcome:
+        """Bring every touched model to original + this phase's overlay; say what failed."""
+        out = PhaseOutcome()
         reason = self.unmet(phase)
         if reason:
-            result.status, result.reason = "skipped", reason
-            self.events.append(
-                {"at": utcnow(), "event": "phase_skipped", "phase": phase.name, "detail": reason}
-            )
-            return
+            out.status, out.reason = "skipped", reason
+            self.events.add(PhaseSkipped(phase.name, reason))
+            return out
         for model in set(self.applied) | set(phase.config):
             overlay = phase.config.get(model, {})
             if self.applied.get(model, {}) == overlay:
@@ -133,44 +152,28 @@ class Controller:
             desired = merge(self._original(model), overlay)
             problems = local_problems(desired)
             if problems:
-                result.status, result.reason = "failed", f"{model}: " + "; ".join(problems)
-                return
+                out.status, out.reason = "failed", f"{model}: " + "; ".join(problems)
+                return out
             try:
-                result.reload_s[model] = self._load(model, desired)
+                out.reload_s[model] = self._load(model, desired)
             except ControlError as exc:
                 timed_out = isinstance(exc, ReloadTimeout)
-                result.status, result.reason = "failed", f"{model}: {exc}"
-                self.events.append(
-                    {
-                        "at": utcnow(),
-                        "event": "config_timeout" if timed_out else "config_rejected",
-                        "phase": phase.name,
-                        "model": model,
-                        "detail": str(exc),
-                    }
-                )
+                out.status, out.reason = "failed", f"{model}: {exc}"
+                self.events.add(ConfigRefused(phase.name, model, str(exc), timed_out))
                 # A refused config leaves Triton on the last good one, which is what `applied`
                 # records. A timed-out load goes on in the server and would win when it ends:
                 # load the last good config again (Triton runs it after the slow one).
                 if timed_out:
                     self._load(model, merge(self._original(model), self.applied.get(model, {})),
                                RESTORE_TIMEOUT_S)
-                    self.events.append({"at": utcnow(), "event": "config_restored",
-                                        "model": model, "phase": phase.name})
-                    result.reason += "; back on its last good config"
-                return
+                    self.events.add(ConfigRestored(model, phase.name))
+                    out.reason += "; back on its last good config"
+                return out
             self.applied[model] = overlay
             self.applied_phase[model] = phase.name
-            self.events.append(
-                {
-                    "at": utcnow(),
-                    "event": "config_applied",
-                    "phase": phase.name,
-                    "model": model,
-                    "reload_s": result.reload_s[model],
-                }
-            )
-        result.config = {m: self.control.config(m) for m in self.models}
+            self.events.add(ConfigApplied(phase.name, model, out.reload_s[model]))
+        out.config = {m: self.control.config(m) for m in self.models}
+        return out
 
     def recover(self) -> None:
         """After the server came back (a restart): load every model again at the config the
@@ -189,9 +192,7 @@ class Controller:
                     if time.monotonic() > deadline:
                         raise
                     time.sleep(0.5)
-            self.events.append(
-                {"at": utcnow(), "event": "model_reloaded", "model": model, "reload_s": reload_s}
-            )
+            self.events.add(ModelReloaded(model, reload_s))
 
     def restore(self) -> list[dict[str, str]]:
         """Load every model we changed back to its config from before the run; every model is
@@ -210,6 +211,6 @@ class Controller:
                                   f"{json.dumps(self.applied[model])})",
                     })
                     continue
-                self.events.append({"at": utcnow(), "event": "config_restored", "model": model})
+                self.events.add(ConfigRestored(model))
             del self.applied[model]
         return failures

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadkit.accounting import first_message
 from loadkit.report.compare import Comparison, highlights, load_label
 from loadkit.report.units import ms
-from loadkit.slo import fmt_value
-from loadkit.slo import table as threshold_table
+from loadkit.run.accounting import first_message
+from loadkit.run.slo import fmt_value
+from loadkit.run.slo import table as threshold_table
 
 
 def _errors(step: dict[str, Any]) -> str:

@@ -18,8 +18,8 @@ from loadkit.report.compare import build
 from loadkit.report.html import render_html
 from loadkit.report.markdown import capacity_table, comparison_table, summary_table
 from loadkit.report.plots import capacity_search, render_plots
-from loadkit.results import RESULTS_FORMAT, RunResult
-from loadkit.slo import junit_xml
+from loadkit.run.results import RESULTS_FORMAT, RunResult
+from loadkit.run.slo import junit_xml
 
 
 class ReportError(LoadkitError):

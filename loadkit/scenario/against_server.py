@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from loadkit.errors import Problem, suggest
 from loadkit.scenario.model import Scenario
-from loadkit.yamlsource import KeyPath
+from loadkit.scenario.source import KeyPath
 
 
 @dataclass(frozen=True)

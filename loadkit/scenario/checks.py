@@ -10,7 +10,7 @@ from typing import Any
 
 from loadkit.errors import Problem, suggest
 from loadkit.scenario.model import ENV_REF
-from loadkit.yamlsource import KeyPath, Source
+from loadkit.scenario.source import KeyPath, Source
 
 _DURATION = re.compile(r"^\s*(?:(\d+(?:\.\d+)?)\s*(us|µs|ms|s|m|h))+\s*$")
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)\s*(us|µs|ms|s|m|h)")

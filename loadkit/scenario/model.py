@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from loadkit.yamlsource import Source
+from loadkit.scenario.source import Source
 
 DTYPES: dict[str, str] = {
     "BOOL": "bool",

@@ -11,7 +11,7 @@ from loadkit.scenario.checks import Checker, found
 from loadkit.scenario.model import RequestTemplate, Scenario
 from loadkit.scenario.phases import _phases, _thresholds
 from loadkit.scenario.requests import _mix, _target, _template
-from loadkit.yamlsource import load_yaml
+from loadkit.scenario.source import load_yaml
 
 TOP_KEYS = (
     "name", "description", "target", "requests", "mix", "think_time", "thresholds", "phases"

@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from loadkit.modelconfig import check_overlay, needs_gpu
 from loadkit.scenario.checks import Checker, found
 from loadkit.scenario.model import (
     ARRIVALS,
@@ -20,7 +21,7 @@ from loadkit.scenario.model import (
     Threshold,
     Thresholds,
 )
-from loadkit.yamlsource import KeyPath
+from loadkit.scenario.source import KeyPath
 
 
 def parse_ramp(spec: Any) -> tuple[tuple[int, ...] | None, str | None]:
@@ -167,8 +168,6 @@ def _phases(ck: Checker, raw: Any) -> tuple[PhaseSpec, ...]:
         load = _load(ck, m["load"], (*p, "load")) if "load" in m else None
         config: dict[str, dict[str, Any]] = {}
         if "config" in m:
-            from loadkit.control.config import check_overlay  # pure: validates field names
-
             c = m["config"]
             if not isinstance(c, dict):
                 ck.add(
@@ -258,8 +257,6 @@ def _requires(
     ck: Checker, raw: Any, path: KeyPath, config: dict[str, dict[str, Any]]
 ) -> Requirements:
     """`requires: {gpu: true, files: [...]}`; a KIND_GPU overlay implies gpu: true."""
-    from loadkit.control.config import needs_gpu  # pure
-
     gpu = any(needs_gpu(overlay) for overlay in config.values())
     files: list[Path] = []
     if raw is None:

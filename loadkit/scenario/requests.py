@@ -20,7 +20,7 @@ from loadkit.scenario.model import (
     TargetSpec,
     TLSSpec,
 )
-from loadkit.yamlsource import KeyPath
+from loadkit.scenario.source import KeyPath
 
 
 def _inputs(ck: Checker, raw: Any, path: KeyPath) -> tuple[InputSpec, ...]:

@@ -3,7 +3,7 @@
 loadkit's inferences run on a native thread, an asyncio loop that frames gRPC over HTTP/2 itself
 (engine.py, wire.py). That needs a process that gevent has *not* monkey-patched: patched sockets
 and threads would put the engine back on the gevent hub. Locust skips its patching when
-LOCUST_SKIP_MONKEY_PATCH is set: `loadkit/drive/__init__.py` sets it before any drive module can
+LOCUST_SKIP_MONKEY_PATCH is set: `loadkit/locust/__init__.py` sets it before any drive module can
 import Locust, and `loadkit run` / `loadkit ui` / `loadkit worker` import this module first.
 Plain `locust -f` has imported (and patched) before it reads the locustfile; the locustfile then
 re-executes the same command line with the variable set (`reexec_unpatched`), before anything

@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from loadkit.capacity import Probe, Search, cheapest, phase_summary, verdict
-from loadkit.drive.conductor import Conductor
+from loadkit.loads.capacity import Probe, Search, cheapest, phase_summary, verdict
 from loadkit.plan import Arrivals, PhasePlan, Step
-from loadkit.results import PhaseResult
+from loadkit.run.conductor import Conductor, Hub
+from loadkit.run.results import PhaseResult
 from loadkit.scenario import RateLoad, Threshold
 
 PROBE_OVERHEAD_S = 1.5  # drain, snapshots and the report write around each probe
@@ -35,8 +35,8 @@ class CapacitySpec:
 
 
 class CapacityConductor(Conductor):
-    def __init__(self, run: object, spec: CapacitySpec):
-        super().__init__(run)  # type: ignore[arg-type]
+    def __init__(self, run: Hub, spec: CapacitySpec):
+        super().__init__(run)
         self.spec = spec
         self.started = time.monotonic()
         self.summaries: list[dict[str, object]] = []

@@ -1,8 +1,10 @@
-"""The per-process state the users share: templates, mix, gate, and the engine that sends.
+"""The local drive: this process's engine sends the load (run/drive.py's Drive protocol).
 
-The gate is how the conductor makes step boundaries exact: it closes the gate, waits until no
+It holds what the Locust users of a process share: templates, mix, gate, and the engine. The
+gate is how the conductor makes step boundaries exact: it closes the gate, waits until no
 request is in flight, snapshots the server's counters, then opens the next window. Requests are
-attributed to the window that was open when they were *sent*.
+attributed to the window that was open when they were *sent*. The window is handed over on the
+engine thread (Engine.on_loop), the only thread that writes it.
 """
 
 from __future__ import annotations
@@ -13,16 +15,19 @@ import random
 import resource
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import gevent
 
-from loadkit.drive.engine import Engine, Lane
-from loadkit.drive.transport import prepare
+from loadkit.engine.core import Engine
+from loadkit.engine.slots import Lane
+from loadkit.loads.closed import run_closed
+from loadkit.loads.open_rate import schedule
 from loadkit.plan import Arrivals, Plan, Step
 from loadkit.record import Recorder, StepWindow
+from loadkit.run.drive import Collected
 from loadkit.scenario import Scenario
+from loadkit.transport.payloads import prepare
 
 DRAIN_POLL_S = 0.002
 PUMP_S = 0.2
@@ -40,20 +45,7 @@ def process_usage() -> tuple[float, int]:
     return t.user + t.system, rss
 
 
-@dataclass
-class Collected:
-    """What a measured window gathered, from this process or merged from every worker."""
-
-    window: StepWindow
-    drained: bool
-    cpu_s: float
-    rss_bytes: int
-    in_flight: int = 0
-    workers: dict[str, Any] = field(default_factory=dict)  # distributed runs only
-
-
-
-class DriveContext:
+class LocalDrive:
     def __init__(self, scenario: Scenario, plan: Plan, address: str, seed: int = 0):
         self.scenario = scenario
         self.plan = plan
@@ -129,7 +121,8 @@ class DriveContext:
 
     def begin(self, step: Step, record: bool, arrivals: Arrivals | None = None) -> None:
         """Open the gate for a warm-up (record=False) or a measured window."""
-        self.engine.set_arrivals(arrivals if arrivals is not None else step.arrivals)
+        a = arrivals if arrivals is not None else step.arrivals
+        self.engine.set_runner(run_closed if a is None else schedule(a))
         if record:
             self._usage0 = process_usage()
             self.recorder.open(step)
@@ -141,13 +134,25 @@ class DriveContext:
         drained = self.close_gate(timeout_s)
         cpu, rss = process_usage()
         self.pump()
-        window = self.recorder.close()
+        window = self.engine.on_loop(lambda: self._take_window(drained))
+        if window is None:  # nothing open, or the engine is gone (then nothing writes it)
+            window = self.recorder.close()
         if window is None:
             return None
         return Collected(window, drained, cpu - self._usage0[0], rss, self.inflight)
 
+    def _take_window(self, drained: bool) -> StepWindow | None:
+        """(Engine thread.) Close the window; if requests are still in flight (the drain timed
+        out) they would go on writing into it, so the caller gets a copy."""
+        window = self.recorder.close()
+        if window is None or drained:
+            return window
+        twin = StepWindow(window.step)
+        twin.add_wire(window.to_wire())
+        return twin
+
     def live_window(self) -> StepWindow | None:
-        return self.recorder.window
+        return self.engine.live_copy()
 
     def attach(self, environment: Any) -> None:
         self.start_pump(environment.events.request.fire)

@@ -1,7 +1,9 @@
-"""The Run: one object ties a run together (scenario, plan, drive state, controller, result).
+"""The Run: one object ties a run together (scenario, plan, drive, controller, result, events).
 
 Created once per run and attached to Locust's Environment (as `environment.loadkit`), so the
-users, the shape and the conductor find it there instead of in module globals.
+users, the shape and the conductor find it there instead of in module globals. The drive and
+the conductor are chosen here and nowhere else: a local or a master drive, an ordinary or a
+capacity-search conductor.
 """
 
 from __future__ import annotations
@@ -11,16 +13,19 @@ from pathlib import Path
 from typing import Any
 
 from loadkit.clock import utcnow
+from loadkit.control.client import ServerControl
 from loadkit.control.controller import Controller
-from loadkit.control.server import ServerControl
-from loadkit.drive.conductor import Conductor
-from loadkit.drive.context import DriveContext
-from loadkit.drive.distributed import MasterDrive
+from loadkit.events import EventLog, ReportRenderFailed
+from loadkit.locust.distributed import MasterDrive
+from loadkit.locust.local_drive import LocalDrive
 from loadkit.plan import Plan, build_plan
 from loadkit.report import render, write_report
-from loadkit.results import RunResult
+from loadkit.run.capacity import CapacityConductor, CapacitySpec
+from loadkit.run.conductor import Conductor
+from loadkit.run.drive import Drive
+from loadkit.run.results import RunResult
+from loadkit.run.slo import Outcome, evaluate
 from loadkit.scenario import Scenario
-from loadkit.slo import Outcome, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -35,25 +40,29 @@ class Run:
         embedded: bool,
         seed: int = 0,
         distributed: bool = False,
+        capacity: CapacitySpec | None = None,
     ):
         self.scenario = scenario
         self.plan: Plan = build_plan(scenario)
         self.address = address
         self.out_dir = out_dir
         self.result = RunResult(scenario.name, scenario.redacted(), address, embedded, utcnow())
-        # DriveContext sends from this process; a MasterDrive (drive/distributed.py) has
-        # Locust workers send. The conductor talks to either through begin/end.
-        self.drive: DriveContext | MasterDrive = (
-            MasterDrive(scenario, address, self.result.events)
+        self.events = EventLog(self.result.events)
+        # A LocalDrive sends from this process; a MasterDrive has Locust workers send. The
+        # conductor talks to either through the Drive protocol (run/drive.py).
+        self.drive: Drive = (
+            MasterDrive(scenario, address, self.events)
             if distributed
-            else DriveContext(scenario, self.plan, address, seed)
+            else LocalDrive(scenario, self.plan, address, seed)
         )
         self.batch_sizes = {n: scenario.requests[n].batch_size for n in scenario.mix}
         self.template_models = {n: scenario.requests[n].model for n in scenario.mix}
         self.controller = Controller(
-            control, scenario.models, self.result.events, scenario.target.reload_timeout_s
+            control, scenario.models, self.events, scenario.target.reload_timeout_s
         )
-        self.conductor = Conductor(self)
+        self.conductor: Conductor = (
+            Conductor(self) if capacity is None else CapacityConductor(self, capacity)
+        )
         self.environment: Any = None
         self.last_report: dict[str, Any] = {}
 
@@ -83,7 +92,5 @@ class Run:
             render(self.out_dir)
         except Exception as exc:  # results.json is safe on disk; say why the rest is missing
             log.exception("rendering the comparison report failed")
-            self.result.events.append(
-                {"at": utcnow(), "event": "report_render_failed", "detail": repr(exc)}
-            )
+            self.events.add(ReportRenderFailed(repr(exc)))
             self.last_report = write_report(self.out_dir, self.result)

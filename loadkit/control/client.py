@@ -16,10 +16,10 @@ import grpc
 from google.protobuf.json_format import MessageToDict
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
-from loadkit.channel import make_channel
 from loadkit.control.metrics import MetricsSnapshot, scrape
 from loadkit.errors import ControlError, TargetError
 from loadkit.scenario import ModelInfo, TargetSpec
+from loadkit.transport.channel import make_channel
 
 
 @dataclass(frozen=True)

@@ -16,17 +16,24 @@ from typing import Any, Protocol
 import gevent
 from gevent.event import Event
 
-from loadkit.accounting import check_step, verdict
 from loadkit.clock import utcnow
 from loadkit.control.controller import Controller, Snapshot
-from loadkit.control.metrics import diff_metrics
-from loadkit.control.server import diff_counters
-from loadkit.drive.context import Collected
+from loadkit.events import (
+    AccountingMismatch,
+    DrainTimeout,
+    EventLog,
+    RestoreFailed,
+    ServerBack,
+    ServerLost,
+    ThresholdAbort,
+)
 from loadkit.plan import PhasePlan, Plan, Step
-from loadkit.record import latency_summary
-from loadkit.results import PhaseResult, RunResult, StepResult
+from loadkit.run.accounting import verdict
+from loadkit.run.drive import Drive
+from loadkit.run.results import PhaseResult, RunResult, RunStatus
+from loadkit.run.slo import check_phase, failed
+from loadkit.run.step_result import build_step_result
 from loadkit.scenario import Scenario, Threshold
-from loadkit.slo import check_phase, failed
 
 
 class Hub(Protocol):
@@ -36,8 +43,9 @@ class Hub(Protocol):
     plan: Plan
     scenario: Scenario
     result: RunResult
+    events: EventLog
     controller: Controller
-    drive: Any  # DriveContext or distributed.MasterDrive: begin / end / users_for / ...
+    drive: Drive
     environment: Any  # Locust's Environment
     batch_sizes: dict[str, int]
     template_models: dict[str, str]
@@ -47,121 +55,6 @@ class Hub(Protocol):
 log = logging.getLogger("loadkit.conductor")
 SPAWN_WAIT_S = 30.0
 LIVENESS_S = 1.0
-
-
-def build_step_result(
-    step: Step,
-    got: Collected,
-    before: Snapshot | None,
-    after: Snapshot | None,
-    started_at: str,
-    duration_s: float,
-    status: str,
-    batch_sizes: dict[str, int],
-    template_models: dict[str, str],
-    shared: bool = False,
-) -> StepResult:
-    window = got.window
-    merged = window.merged()
-    requests = merged.get_total_count()
-    inferences = sum(window.successes(n) * b for n, b in batch_sizes.items())
-    errors: dict[str, int] = {}
-    for counter in window.errors.values():
-        for code, n in counter.items():
-            errors[code] = errors.get(code, 0) + n
-    client = {
-        name: {
-            "requests": window.successes(name),
-            "errors": sum(window.errors.get(name, {}).values()),
-            "latency_us": latency_summary(window.histograms[name])
-            if name in window.histograms
-            else {},
-        }
-        for name in batch_sizes
-        if window.successes(name) or window.errors.get(name)
-    }
-    server: dict[str, Any] = {}
-    metrics: dict[str, Any] = {}
-    models = {n: m for n, m in template_models.items() if n in batch_sizes}
-    unavailable: dict[str, str] = {}
-    if before is not None and after is not None:
-        unavailable = {**before.unavailable, **after.unavailable}
-        for m in after.counters:
-            if m not in before.counters:
-                continue
-            if after.counters[m].success < before.counters[m].success:
-                unavailable[m] = ("its statistics restarted during the step (the model was "
-                                  "loaded again)")
-                continue
-            server[m] = diff_counters(before.counters[m], after.counters[m])
-        metrics = diff_metrics(before.metrics, after.metrics, tuple(after.counters))
-    else:
-        why = "the server's statistics could not be read " + (
-            "before the step" if before is None else "after the step")
-        unavailable = dict.fromkeys(models.values(), why)
-    cpu = got.cpu_s
-    generator: dict[str, Any] = {
-        "cpu_s": round(cpu, 4),
-        # per request sent, failed ones included: they cost the generator as much
-        "cpu_us_per_request": round(cpu / window.sent * 1e6, 1) if window.sent else 0.0,
-        "cpu_util": round(cpu / duration_s, 3) if duration_s > 0 else 0.0,
-        "rss_mb": round(got.rss_bytes / 2**20, 1),
-        # the mean µs of each latency spent in loadkit's own framing (in the latency, as a C
-        # client's is in perf_analyzer's); what the server and the network took is the rest
-        "own_us_per_request": round(window.own_us / requests, 1) if requests else 0.0,
-    }
-    open_loop: dict[str, Any] = {}
-    if step.arrivals is not None:
-        a = step.arrivals
-        dropped = sum(window.dropped.values())
-        late = sum(window.late.values())
-        sent = window.sent
-        scheduled = window.scheduled
-        open_loop = {
-            "rate": a.rate,
-            "arrival": a.arrival,
-            "max_concurrency": a.max_concurrency,
-            "scheduled": scheduled,
-            "sent": sent,
-            "dropped": dropped,
-            "late": late,
-            "late_tolerance_ms": round(a.late_tolerance_s * 1000, 3),
-            "dropped_ratio": round(dropped / scheduled, 5) if scheduled else 0.0,
-            "achieved_rate": round(sent / duration_s, 2) if duration_s > 0 else 0.0,
-            "latency_from": "scheduled send time (service_latency_us: from the actual send)",
-            "service_latency_us": latency_summary(window.merged_service()),
-            "generator_limited": bool(dropped or late > 0.01 * max(sent, 1)),
-        }
-    return StepResult(
-        phase=step.phase,
-        index=step.index,
-        load=step.load,
-        status=status,
-        started_at=started_at,
-        duration_s=round(duration_s, 4),
-        requests=requests,
-        inferences=inferences,
-        errors=errors,
-        throughput=round(inferences / duration_s, 2) if duration_s > 0 else 0.0,
-        requests_per_s=round(requests / duration_s, 2) if duration_s > 0 else 0.0,
-        latency_us=latency_summary(merged),
-        client=client,
-        server=server,
-        metrics=metrics,
-        generator=generator,
-        histograms=window.encoded(),
-        out_of_range=window.out_of_range,
-        open_loop=open_loop,
-        service_histograms=window.encoded_service(),
-        workers=got.workers,
-        error_messages={
-            code: [{"message": t, "count": n} for t, n in kept.items()]
-            for code, kept in window.messages.items()
-        },
-        accounting=check_step(window, models, server, unavailable, step.arrivals is not None,
-                              shared),
-        server_unavailable=unavailable,
-    )
 
 
 class Conductor:
@@ -174,7 +67,7 @@ class Conductor:
         self.stage_started = time.monotonic()
         self.stage_length_s = 0.0
         self.aborted: str | None = None
-        self.abort_status = "interrupted"
+        self.abort_status: RunStatus = "interrupted"
         self.exit_code = 0
         self._wake = Event()
         self.lost_at = ""
@@ -184,7 +77,7 @@ class Conductor:
         if self.greenlet is None:
             self.greenlet = gevent.spawn(self._main)
 
-    def abort(self, reason: str, exit_code: int, status: str = "interrupted") -> None:
+    def abort(self, reason: str, exit_code: int, status: RunStatus = "interrupted") -> None:
         if self.aborted is None:
             self.aborted = reason
             self.exit_code = exit_code
@@ -216,7 +109,9 @@ class Conductor:
                 pr = PhaseResult(phase.name)
                 run.result.phases.append(pr)
                 self._set_stage("configuring", 0)
-                run.controller.apply_phase(phase, pr)
+                outcome = run.controller.apply_phase(phase)
+                pr.status, pr.reason = outcome.status, outcome.reason
+                pr.reload_s, pr.config = outcome.reload_s, outcome.config
                 run.save()
                 if pr.status in ("failed", "skipped"):
                     continue
@@ -238,7 +133,7 @@ class Conductor:
             except Exception as exc:  # the control plane itself broke: every model is unknown
                 failures = [{"model": m, "detail": str(exc)} for m in run.controller.applied]
             for failure in failures:
-                run.result.events.append({"at": utcnow(), "event": "restore_failed", **failure})
+                run.events.add(RestoreFailed(**failure))
             self._judge()
             run.result.finished_at = utcnow()
             run.save(final=True)
@@ -261,7 +156,7 @@ class Conductor:
         self.exit_code = self.exit_code or 1
 
     def _walk_phase(self, phase: PhasePlan, pr: PhaseResult) -> None:
-        """The phase's planned steps, in order (drive/search.py chooses them as it goes)."""
+        """The phase's planned steps, in order (run/capacity.py chooses them as it goes)."""
         for step in phase.steps:
             self._run_step(step, pr)
             self.run.save()
@@ -278,10 +173,7 @@ class Conductor:
         if broken:
             o = broken[0]
             self.abort(f"threshold {o.threshold} failed in phase {o.phase}: {o.message}", 1)
-            self.run.result.events.append(
-                {"at": utcnow(), "event": "threshold_abort", "phase": o.phase,
-                 "threshold": o.threshold, "detail": o.message}
-            )
+            self.run.events.add(ThresholdAbort(o.phase, o.threshold, o.message))
 
     def _wait_users(self, count: int) -> None:
         runner = self.run.environment.runner
@@ -340,10 +232,7 @@ class Conductor:
         after = self._snapshot() if before is not None else None
         assert got is not None
         if not got.drained:
-            run.result.events.append(
-                {"at": utcnow(), "event": "drain_timeout", "step": step.key,
-                 "in_flight": got.in_flight}
-            )
+            run.events.add(DrainTimeout(step.key, got.in_flight))
         lost = got.workers.get("lost") if got.workers else None
         ok = completed and got.drained and not lost and after is not None
         result = build_step_result(
@@ -353,10 +242,7 @@ class Conductor:
         pr.steps.append(result)
         if result.accounting["status"] == "mismatch":
             log.warning("step %s: accounting mismatch: %s", step.key, result.accounting["reason"])
-            run.result.events.append(
-                {"at": utcnow(), "event": "accounting_mismatch", "step": step.key,
-                 "detail": result.accounting["reason"]}
-            )
+            run.events.add(AccountingMismatch(step.key, result.accounting["reason"]))
         if self.lost_at:
             self._await_server(step)
 
@@ -366,10 +252,8 @@ class Conductor:
         run = self.run
         target = run.scenario.target
         lost_at, self.lost_at = self.lost_at, ""
-        run.result.events.append(
-            {"at": lost_at, "event": "server_lost", "step": step.key,
-             "policy": target.on_server_loss, "wait_s": target.server_loss_wait_s}
-        )
+        run.events.add(ServerLost(lost_at, step.key, target.on_server_loss,
+                                  target.server_loss_wait_s))
         run.save()
         self._set_stage("waiting for the server", target.server_loss_wait_s)
         t0 = time.monotonic()
@@ -383,10 +267,7 @@ class Conductor:
                     self.abort(f"the server came back but its models did not load: {exc}", 1,
                                "aborted")
                     return
-                run.result.events.append(
-                    {"at": utcnow(), "event": "server_back",
-                     "after_s": round(time.monotonic() - t0, 1)}
-                )
+                run.events.add(ServerBack(round(time.monotonic() - t0, 1)))
                 return
         self.abort(
             f"server lost at {lost_at} during step {step.key} and not back within "

@@ -1,7 +1,7 @@
 """Capacity planning: the highest arrival rate each config sustains within an SLO, and how many
 replicas a peak needs.
 
-Pure functions and a small search state machine; drive/search.py runs the measurements. The
+Pure functions and a small search state machine; run/capacity.py runs the measurements. The
 search brackets (doubling up from the start rate until the SLO breaks, or halving down until it
 holds), bisects until the bracket is within `precision`, then repeats the best passing rate to
 confirm it; a failed confirmation moves the bracket down, lengthens every later probe to the
@@ -17,8 +17,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from loadkit.errors import LoadkitError
+from loadkit.run.slo import holds, step_value
 from loadkit.scenario import LATENCY_METRICS, Threshold
-from loadkit.slo import holds, step_value
 
 DEFAULT_ERROR_RATE = 0.01
 DEFAULT_DROPPED = 0.01

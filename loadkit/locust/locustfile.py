@@ -3,7 +3,7 @@
     locust -f locustfile.py --scenario FILE.yaml
 
 (loadkit's gRPC engine needs a process Locust has not monkey-patched: this file re-executes the
-command with LOCUST_SKIP_MONKEY_PATCH=1 when it was not set; see loadkit/drive/__init__.py.)
+command with LOCUST_SKIP_MONKEY_PATCH=1 when it was not set; see loadkit/locust/__init__.py.)
 
 Without --triton-target the embedded Triton is started for the session and stopped when Locust
 quits. With `--master` the master runs the phases and the controller, and `--worker` processes
@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -26,22 +25,17 @@ import gevent.monkey
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadkit.control.server import ServerControl
-from loadkit.drive import webui
-from loadkit.drive.bootstrap import PATCHED, PATCHED_MESSAGE, reexec_unpatched
-from loadkit.drive.distributed import WorkerAgent
-from loadkit.drive.shape import LoadkitShape
-from loadkit.drive.users import TritonUser
-from loadkit.errors import LoadkitError, ScenarioError
-from loadkit.run import Run
-from loadkit.scenario import (
-    check_against_models,
-    load_scenario,
-    unbatched_models,
-    with_model_facts,
-)
-from loadkit.server import EmbeddedServer
-from loadkit.slo import FAILING
+from loadkit.cli.exits import EXIT_BAD_INPUT, err, report_error
+from loadkit.errors import LoadkitError
+from loadkit.locust import webui
+from loadkit.locust.bootstrap import PATCHED, PATCHED_MESSAGE, reexec_unpatched
+from loadkit.locust.distributed import WorkerAgent
+from loadkit.locust.shape import LoadkitShape
+from loadkit.locust.users import TritonUser
+from loadkit.run.run import Run
+from loadkit.run.session import Session, default_out
+from loadkit.run.slo import FAILING
+from loadkit.scenario import load_scenario
 
 __all__ = ["LoadkitShape", "TritonUser"]
 
@@ -69,39 +63,26 @@ def _add_arguments(parser: Any) -> None:
     parser.add_argument("--loadkit-out", default="", help="report folder (default reports/...)")
 
 
-class _Session:
-    """What the locustfile owns for the Locust process: server, control client, current run."""
+class _LocustSession:
+    """What the locustfile owns for the Locust process: the target (run/session.py) and a
+    new Run for every test the web UI starts."""
 
     def __init__(self, environment: Any):
         opts = environment.parsed_options
         if not opts.scenario:
             raise LoadkitError("--scenario is required (a loadkit scenario YAML)")
-        self.scenario = load_scenario(opts.scenario)
+        scenario = load_scenario(opts.scenario)
         self.out = opts.loadkit_out
-        self.server: EmbeddedServer | None = None
-        address = opts.triton_target or self.scenario.target.grpc
-        if not address:
-            self.server = EmbeddedServer(models=self.scenario.models).start()
-            address = self.server.grpc_address
-        self.address = address
-        metrics = opts.triton_metrics or (self.server.metrics_url if self.server else None)
-        self.control = ServerControl(address, self.scenario.target, metrics)
-        self.control.wait_live()
-        infos = {m: self.control.model_info(m) for m in self.scenario.models}
-        problems = check_against_models(self.scenario, infos)
-        if problems:
-            raise ScenarioError(problems)
-        self.scenario = with_model_facts(self.scenario, unbatched_models(infos))
+        self.target = Session(scenario, opts.triton_target or scenario.target.grpc,
+                              opts.triton_metrics or None)
+        self.scenario = self.target.scenario
         self.environment = environment
 
     def new_run(self) -> Run:
-        if self.out:
-            out = Path(self.out)
-        else:
-            stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-            out = Path("reports") / f"{stamp}-{self.scenario.name}"
+        out = Path(self.out) if self.out else default_out(self.scenario.name)
+        assert self.target.control is not None
         run = Run(
-            self.scenario, self.address, self.control, out, self.server is not None,
+            self.scenario, self.target.address, self.target.control, out, self.target.embedded,
             distributed=isinstance(self.environment.runner, MasterRunner),
         )
         run.attach(self.environment)
@@ -109,20 +90,15 @@ class _Session:
         return run
 
     def close(self) -> None:
-        self.control.close()
-        if self.server is not None:
-            self.server.copy_log(Path(self.environment.loadkit.out_dir) / "tritonserver.log")
-            self.server.stop()
+        self.target.close(log_copy=Path(self.environment.loadkit.out_dir) / "tritonserver.log")
 
 
 def _start_worker(environment: Any) -> None:
     """`locust -f ... --worker`: no server, no controller; the master says where to send."""
     try:
         agent = WorkerAgent(environment, load_scenario(environment.parsed_options.scenario))
-    except ScenarioError as exc:
-        for p in exc.problems:
-            print(p, file=sys.stderr)
-        sys.exit(2)
+    except LoadkitError as exc:
+        sys.exit(report_error(exc))
     environment.events.quitting.add_listener(lambda **_: agent.stop())
 
 
@@ -131,20 +107,15 @@ def _on_init(environment: Any, **_: Any) -> None:
     if environment.parsed_options is None:
         return  # imported by `loadkit run`, which builds its own Run
     if PATCHED:
-        print(f"loadkit: {PATCHED_MESSAGE}", file=sys.stderr)
-        sys.exit(2)
+        err(PATCHED_MESSAGE)
+        sys.exit(EXIT_BAD_INPUT)
     if isinstance(environment.runner, WorkerRunner):
         _start_worker(environment)
         return
     try:
-        session = _Session(environment)
-    except ScenarioError as exc:
-        for p in exc.problems:
-            print(p, file=sys.stderr)
-        sys.exit(2)
+        session = _LocustSession(environment)
     except LoadkitError as exc:
-        print(f"loadkit: {exc}", file=sys.stderr)
-        sys.exit(2)
+        sys.exit(report_error(exc))
     session.new_run()
     webui.install(environment)
     _hdr_summary_instead_of_locusts()

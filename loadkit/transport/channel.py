@@ -1,4 +1,4 @@
-"""gRPC channels to a target for control's admin calls (inferences go over drive/wire.py).
+"""gRPC channels to a target for control's admin calls (inferences go over transport/wire.py).
 
 Kept apart from control's modules so that every admin client gets the same TLS and options.
 """

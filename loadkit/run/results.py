@@ -7,16 +7,22 @@ Latencies are integer microseconds from HDR histograms; `throughput` is successf
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-RESULTS_FORMAT = "loadkit.results/1"
+RESULTS_FORMAT = "loadkit.results/1"  # results.json's `format`: readers check it; never rename
+
+# What each status means: docs/results.md.
+RunStatus = Literal["running", "complete", "failed", "interrupted", "aborted"]
+PhaseStatus = Literal["ok", "partial", "failed", "skipped"]
+StepStatus = Literal["ok", "partial"]  # partial: interrupted, or the server or a worker went
+
 
 @dataclass
 class StepResult:
     phase: str
     index: int
     load: dict[str, Any]
-    status: str  # "ok" | "partial" (interrupted or the server went away)
+    status: StepStatus
     started_at: str
     duration_s: float
     requests: int
@@ -63,7 +69,7 @@ class StepResult:
 @dataclass
 class PhaseResult:
     name: str
-    status: str = "ok"  # ok | partial | failed | skipped
+    status: PhaseStatus = "ok"
     reason: str = ""
     config: dict[str, Any] = field(default_factory=dict)
     reload_s: dict[str, float] = field(default_factory=dict)
@@ -88,7 +94,7 @@ class RunResult:
     embedded: bool
     started_at: str
     finished_at: str = ""
-    status: str = "running"  # running | complete | failed | interrupted | aborted
+    status: RunStatus = "running"
     reason: str = ""
     phases: list[PhaseResult] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)

@@ -15,11 +15,11 @@ from typing import Any
 
 from flask import Blueprint, Response, jsonify, make_response, request
 
-from loadkit.accounting import first_message
 from loadkit.plan import load_label
 from loadkit.record import latency_summary
 from loadkit.report.compare import pct_change
 from loadkit.report.units import ms
+from loadkit.run.accounting import first_message
 
 TAB_KEY = "triton"
 COLUMNS = [

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from locust import User, task
 
-from loadkit.drive.context import DriveContext
-from loadkit.drive.engine import Lane
+from loadkit.engine.core import Lane
+from loadkit.locust.local_drive import LocalDrive
 
 PARK_S = 3600.0
 
 
 class TritonUser(User):
     def on_start(self) -> None:
-        self.ctx: DriveContext = self.environment.loadkit.drive  # type: ignore[attr-defined]
+        self.ctx: LocalDrive = self.environment.loadkit.drive  # type: ignore[attr-defined]
         self.lane: Lane | None = self.ctx.open_lane()
 
     def wait_time(self) -> float:

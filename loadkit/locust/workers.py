@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadkit.server import LOOPBACK_HOSTS, free_port
+from loadkit.control.embedded import LOOPBACK_HOSTS, free_port
 
 __all__ = ["LocalWorkers", "free_port", "master_address"]
 

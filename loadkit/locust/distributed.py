@@ -13,7 +13,6 @@ the steps it is missing from; the run goes on with the rest.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import math
@@ -25,11 +24,19 @@ from gevent.event import Event
 from locust.runners import STATE_MISSING
 
 from loadkit.clock import utcnow
-from loadkit.drive.context import Collected, DriveContext
-from loadkit.drive.transport import prepare
+from loadkit.events import (
+    EventLog,
+    WorkerJoined,
+    WorkerLost,
+    WorkerRefused,
+    WorkerReportTimeout,
+)
+from loadkit.locust.local_drive import LocalDrive
 from loadkit.plan import Arrivals, Plan, Step, build_plan
 from loadkit.record import StepWindow
+from loadkit.run.drive import Collected
 from loadkit.scenario import Scenario, with_model_facts
+from loadkit.transport.payloads import prepare
 
 log = logging.getLogger("loadkit.distributed")
 
@@ -90,9 +97,9 @@ def share(a: Arrivals, users: int, total: int, index: int) -> dict[str, Any]:
 
 
 class MasterDrive:
-    """The conductor's drive on a Locust master: the same begin/end calls as DriveContext."""
+    """The conductor's drive on a Locust master (run/drive.py's Drive protocol)."""
 
-    def __init__(self, scenario: Scenario, address: str, events: list[dict[str, Any]]):
+    def __init__(self, scenario: Scenario, address: str, events: EventLog):
         self.scenario = scenario
         self.plan = build_plan(scenario)
         self.fingerprint = fingerprint(scenario, self.plan)
@@ -141,15 +148,12 @@ class MasterDrive:
              "unbatched": self.unbatched},
             client_id=msg.node_id,
         )
-        self.events.append({"at": utcnow(), "event": "worker_joined", "worker": msg.node_id})
+        self.events.add(WorkerJoined(msg.node_id))
 
     def _on_refused(self, environment: Any, msg: Any, **_: Any) -> None:
         self.refused[msg.node_id] = msg.data.get("reason", "")
         log.error("worker %s refused: %s", msg.node_id, self.refused[msg.node_id])
-        self.events.append(
-            {"at": utcnow(), "event": "worker_refused", "worker": msg.node_id,
-             "detail": msg.data.get("reason", "")}
-        )
+        self.events.add(WorkerRefused(msg.node_id, msg.data.get("reason", "")))
 
     def _on_closed(self, environment: Any, msg: Any, **_: Any) -> None:
         if msg.data.get("seq") == self.seq:
@@ -169,10 +173,8 @@ class MasterDrive:
             for worker, users in list(self._users_seen.items()):
                 if worker not in alive and worker not in self._lost:
                     self._lost[worker] = utcnow()
-                    self.events.append(
-                        {"at": self._lost[worker], "event": "worker_lost", "worker": worker,
-                         "users": users, "step": self.step.key if self.step else None}
-                    )
+                    self.events.add(WorkerLost(self._lost[worker], worker, users,
+                                               self.step.key if self.step else None))
                     log.warning("worker %s lost with %d users", worker, users)
             for worker, users in alive.items():
                 if users:
@@ -229,11 +231,9 @@ class MasterDrive:
             self._reply.wait(0.05)
         lost = sorted(w for w in self._expected if w not in self._replies and w not in pending)
         if pending:
-            self.events.append(
-                {"at": utcnow(), "event": "worker_report_timeout", "workers": pending,
-                 "step": self.step.key if self.step else None,
-                 "detail": f"no final report within {timeout_s + REPLY_GRACE_S:g} s"}
-            )
+            self.events.add(WorkerReportTimeout(
+                pending, self.step.key if self.step else None,
+                f"no final report within {timeout_s + REPLY_GRACE_S:g} s"))
         was_recording, self.recording = self.recording, False
         if not was_recording or self.step is None:
             return None
@@ -276,7 +276,7 @@ class WorkerAgent:
         self.plan = build_plan(scenario)
         self.seed = seed
         self.address = ""
-        self.drive: DriveContext | None = None
+        self.drive: LocalDrive | None = None
         self.seq = 0
         runner = environment.runner
         runner.register_message(SETUP, self._on_setup)
@@ -287,9 +287,9 @@ class WorkerAgent:
         environment.loadkit = self
         runner.send_message(HELLO, {})
 
-    def _new_drive(self) -> DriveContext:
+    def _new_drive(self) -> LocalDrive:
         index = getattr(self.environment.runner, "worker_index", 0)
-        drive = DriveContext(self.scenario, self.plan, self.address, self.seed + 1_000 * index)
+        drive = LocalDrive(self.scenario, self.plan, self.address, self.seed + 1_000 * index)
         drive.start_pump(self.environment.events.request.fire)
         return drive
 
@@ -337,9 +337,8 @@ class WorkerAgent:
         window = self.drive.live_window() if self.drive is not None else None
         if window is None:
             return
-        # RuntimeError: a template's first sample landed mid-encode; the next report has it
-        with contextlib.suppress(RuntimeError):
-            data["loadkit"] = {"seq": self.seq, "window": window.to_wire()}
+        # a copy made on the engine thread (LocalDrive.live_window): safe to encode here
+        data["loadkit"] = {"seq": self.seq, "window": window.to_wire()}
 
     def _on_test_stop(self, **_: Any) -> None:
         """A stopped run (or a new one from the web UI) starts from a fresh engine."""

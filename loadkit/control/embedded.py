@@ -25,7 +25,7 @@ from pathlib import Path
 
 from loadkit.errors import ServerStartError
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DEFAULT_MODEL_REPOSITORY = REPO_ROOT / "model_repository"
 LOOPBACK = "127.0.0.1"
 LOOPBACK_HOSTS = (LOOPBACK, "localhost", "::1")  # binding to anything else warns

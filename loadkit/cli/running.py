@@ -1,0 +1,154 @@
+"""`loadkit run` and `loadkit capacity`: set up the target (run/session.py), build the Run, hand
+it to Locust's runner (local, or a master with workers) and wait for the conductor."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from loadkit.cli.exits import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, err
+
+
+def _say(text: str) -> None:
+    print(text, file=sys.stderr)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import loadkit.locust.bootstrap  # noqa: F401, I001  (first: Locust must not monkey-patch)
+
+    from locust.env import Environment
+
+    from loadkit.locust.shape import LoadkitShape
+    from loadkit.locust.users import TritonUser
+    from loadkit.run.run import Run
+    from loadkit.run.session import Session, default_out
+    from loadkit.scenario import load_scenario
+
+    scenario = load_scenario(args.scenario)
+    spec = capacity_spec(args) if args.command == "capacity" else None
+    out_dir = Path(args.out) if args.out else default_out(scenario.name)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    logging.basicConfig(
+        filename=out_dir / "loadkit.log",
+        level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        force=True,
+    )
+    with Session(scenario, args.target or scenario.target.grpc, args.metrics,
+                 log_path=out_dir / "tritonserver.log", say=_say) as session:
+        assert session.control is not None
+        distributed = bool(args.workers or args.master)
+        run = Run(
+            session.scenario, session.address, session.control, out_dir,
+            embedded=session.embedded, seed=args.seed, distributed=distributed, capacity=spec,
+        )
+        if spec is not None:
+            _say(f"capacity search, SLO {args.slo}, budget {args.budget:g} s")
+        else:
+            _say(run.plan.describe())
+        env = Environment(
+            user_classes=[TritonUser], shape_class=LoadkitShape(), stop_timeout=5,
+            parsed_options=_master_options() if distributed else None,
+        )
+        code = _drive(run, env, args, out_dir)
+    print((out_dir / "summary.md").read_text())
+    print(f"report: {out_dir}")
+    return code
+
+
+def capacity_spec(args: argparse.Namespace) -> Any:
+    from loadkit.loads.capacity import CapacityInputError, parse_rate, parse_slo
+    from loadkit.run.capacity import CapacitySpec
+
+    if not 0 <= args.headroom < 1:
+        raise CapacityInputError(
+            f"--headroom: expected a fraction in [0, 1); found {args.headroom}")
+    if args.budget <= 0 or not 0 < args.precision < 1:
+        raise CapacityInputError("--budget must be above 0 and --precision in (0, 1)")
+    return CapacitySpec(
+        slo=parse_slo(args.slo),
+        slo_text=args.slo,
+        peak=parse_rate(args.peak, "--peak") if args.peak else None,
+        headroom=args.headroom,
+        budget_s=args.budget,
+        precision=args.precision,
+        start_rate=parse_rate(args.start_rate, "--start-rate") if args.start_rate else None,
+        max_rate=parse_rate(args.max_rate, "--max-rate") if args.max_rate else None,
+    )
+
+
+def _master_options() -> Any:
+    """Locust's defaults, with rebalancing on: a worker that joins or dies re-spreads users."""
+    from locust import argument_parser
+
+    parser = argument_parser.get_empty_argument_parser(default_config_files=[])
+    argument_parser.setup_parser_arguments(parser)
+    options = parser.parse(args=[])
+    options.enable_rebalancing = True
+    options.headless = True
+    return options
+
+
+def _drive(run: Any, env: Any, args: argparse.Namespace, out_dir: Path) -> int:
+    import gevent
+
+    from loadkit.cli.progress import report_progress
+    from loadkit.run.slo import FAILING
+
+    workers: Any = None
+    if args.workers or args.master:
+        from loadkit.locust.workers import LocalWorkers, master_address
+
+        host, port = master_address(args)
+        runner = env.create_master_runner(host, port)
+        run.attach(env)
+        workers = LocalWorkers(args, port, out_dir)
+        workers.start(args.workers)
+        expected = args.workers or args.expect_workers
+        _say(f"waiting for {expected} worker(s) on {host}:{port} ...")
+        if not workers.wait_connected(runner, expected, args.worker_wait):
+            err(
+                f"only {len(runner.clients.ready)} of {expected} workers connected within "
+                f"{args.worker_wait:g} s; see {out_dir}/workers/ for their logs"
+            )
+            runner.quit()
+            workers.stop()
+            return EXIT_FAILED
+    else:
+        runner = env.create_local_runner()
+        run.attach(env)
+    handlers = [
+        gevent.signal_handler(
+            signal.SIGINT, run.conductor.abort, "interrupted by SIGINT", EXIT_SIGINT
+        ),
+        gevent.signal_handler(
+            signal.SIGTERM, run.conductor.abort, "interrupted by SIGTERM", EXIT_SIGTERM
+        ),
+    ]
+    progress = None if args.quiet else gevent.spawn(report_progress, run)
+    try:
+        runner.start_shape()
+        run.conductor.finished.wait()
+    finally:
+        runner.quit()
+        if runner.greenlet is not None:
+            runner.greenlet.join(timeout=10)
+        if progress is not None:
+            progress.kill(block=False)
+        run.drive.stop()
+        if workers is not None:
+            workers.stop()
+        for h in handlers:
+            h.cancel()
+    code = run.conductor.exit_code
+    if code == 0 and run.result.status != "complete":
+        code = EXIT_FAILED
+    if code == 0 and any(o["status"] in FAILING for o in run.result.thresholds):
+        code = EXIT_FAILED  # an SLO gate failed: CI reads 1 (2 stays bad input)
+    if run.result.status != "complete":
+        err(f"run {run.result.status}: {run.result.reason}")
+    return code

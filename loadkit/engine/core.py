@@ -1,0 +1,423 @@
+"""The engine: every inference of a process runs on one native thread, an asyncio loop that
+speaks gRPC over one HTTP/2 connection (transport/wire.py).
+
+Why not in the Locust user's greenlet: grpc under gevent cost several times perf_analyzer's
+client CPU per inference, and on a shared box every client microsecond is taken from the server
+under test (docs/performance.md has the measurements). Here each Locust user owns one *lane*: a
+coroutine on the engine's loop that waits at the gate and runs the load model's lane runner
+(loads/: closed loop, open-loop schedule), a chain of callbacks over `send` and `count`. The
+user's greenlet only opens and closes its lane, so gevent never touches a request; completions
+reach Locust's statistics in batches (`pump`), and latencies go into the HDR window on the
+engine thread, where they are measured.
+
+Thread boundaries are explicit: the main thread (gevent hub: Locust, conductor, web UI) talks to
+the engine only through `call_soon_threadsafe` (`on_loop` waits for an answer), thread-safe
+deques and `threading.Event`s. The HDR window is read only on the engine thread, or after the
+gate has drained.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import concurrent.futures
+import contextlib
+import functools
+import logging
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+from tritonclient.grpc import service_pb2
+
+from loadkit.engine.eventloop import new_event_loop
+from loadkit.engine.slots import Completion, Done, Lane, Result, Slot
+from loadkit.record import Recorder, StepWindow
+from loadkit.scenario import TargetSpec
+from loadkit.transport.call import InferError, StreamsFull, frame
+from loadkit.transport.connection import Connection
+from loadkit.transport.wire import Wire
+
+log = logging.getLogger("loadkit.engine")
+
+MODEL_INFER = b"/inference.GRPCInferenceService/ModelInfer"
+MODEL_STREAM_INFER = b"/inference.GRPCInferenceService/ModelStreamInfer"
+WATCHDOG_S = 0.05
+ERROR_FIELD_TAG = b"\x0a"  # ModelStreamInferResponse field 1 (error_message), serialized first
+T = TypeVar("T")
+# A load model's lane runner (loads/): sends a lane's requests until the gate closes or the
+# lane stops; the engine runs it again at the next gate opening.
+LaneRunner = Callable[["Engine", Lane], Awaitable[None]]
+
+
+class Engine:
+    """Owns the thread, the loop, the connection (Wire) and the lanes of one process."""
+
+    def __init__(
+        self,
+        address: str,
+        target: TargetSpec,
+        payloads: Sequence[bytes],
+        names: Sequence[str],
+        pick: Callable[[random.Random], int],
+        recorder: Recorder,
+        think_time_s: float = 0.0,
+        method: str = "stream",  # target.transport: stream (ModelStreamInfer) or unary
+        precise_timers: bool = False,
+    ):
+        self.address = address
+        self.target = target
+        self.payloads = [frame(p) for p in payloads]
+        self.names = list(names)
+        self.pick = pick if len(self.payloads) > 1 else (lambda _rng: 0)
+        self.recorder = recorder
+        self.think_time_s = think_time_s
+        self.unary = method == "unary"
+        self.precise_timers = precise_timers
+        self.timeout_s = target.timeout_s
+        self.timeout_ns = int(target.timeout_s * 1e9)
+        self.inflight = 0
+        self.completions: collections.deque[Completion] = collections.deque()
+        self.drained = threading.Event()
+        self._gate_open = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.gate: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lanes: set[Lane] = set()
+        self._busy: set[Slot] = set()
+        self.idle_slots: list[Slot] = []
+        self.runner: LaneRunner | None = None
+        self.generation = 0
+        self.wire: Wire | None = None
+        self._stopped = False
+
+    # ---- main-thread side ---------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._thread = threading.Thread(
+            target=self._thread_main, name="loadkit-engine", daemon=True
+        )
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("the loadkit engine thread did not start")
+
+    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
+        if self.loop is None or self._stopped:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop closed at shutdown
+            self.loop.call_soon_threadsafe(fn, *args)
+
+    def add_lane(self, rng: random.Random) -> Lane:
+        self.start()
+        lane = Lane(rng)
+        self._post(self._start_lane, lane)
+        return lane
+
+    def remove_lane(self, lane: Lane) -> None:
+        """The lane finishes the request it has in flight (it is counted) and stops."""
+        lane.stopping = True
+        self._post(self._wake_lane, lane)
+
+    def set_runner(self, runner: LaneRunner) -> None:
+        """The next gate opening runs every lane with this load model's runner."""
+        self.runner = runner
+
+    def on_loop(self, fn: Callable[[], T], timeout_s: float = 5.0) -> T | None:
+        """`fn()` run on the engine thread, between two callbacks, and its result: the way to
+        read what only that thread writes (the HDR window) while requests are in flight. None
+        when the engine is stopped or did not answer within timeout_s. Before the thread has
+        started nothing else runs, so fn runs here."""
+        if self.loop is None:
+            return fn()
+        if self._stopped:
+            return None
+        future: concurrent.futures.Future[T] = concurrent.futures.Future()
+
+        def run() -> None:
+            try:
+                future.set_result(fn())
+            except BaseException as exc:  # handed to the caller, raised there
+                future.set_exception(exc)
+
+        self._post(run)
+        try:
+            return future.result(timeout_s)
+        except concurrent.futures.TimeoutError:
+            return None
+
+    def live_copy(self) -> StepWindow | None:
+        """A copy of the open window, made on the engine thread (None between windows)."""
+        def copy() -> StepWindow | None:
+            window = self.recorder.window
+            if window is None:
+                return None
+            twin = StepWindow(window.step)
+            twin.add_wire(window.to_wire())
+            return twin
+        return self.on_loop(copy)
+
+    def open_gate(self) -> None:
+        self._gate_open = True
+        self._post(self._set_gate, True)
+
+    def close_gate(self) -> None:
+        """Stop new sends; `drained` is set once nothing is in flight."""
+        self._gate_open = False
+        self.drained.clear()
+        self._post(self._set_gate, False)
+        if self.loop is None:
+            self.drained.set()
+
+    def pump(self, fire: Callable[..., Any], limit: int = 100_000) -> int:
+        """Hand finished requests to Locust's request event (main thread); returns how many."""
+        q = self.completions
+        n = 0
+        while q and n < limit:
+            c = q.popleft()
+            n += 1
+            fire(
+                request_type="grpc",
+                name=c.template,
+                response_time=c.latency_us / 1000.0,
+                response_length=c.size,
+                exception=c.error,
+                context=None,
+            )
+        return n
+
+    def stop(self, timeout_s: float = 10.0) -> None:
+        """Cancel every lane, close the channel, end the thread; never hangs past timeout_s."""
+        if self._thread is None or self.loop is None or self._stopped:
+            return
+        done = threading.Event()
+        self.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(self._shutdown(done)))
+        if not done.wait(timeout_s):
+            log.warning("engine shutdown took over %.0f s; leaving its daemon thread", timeout_s)
+        self._stopped = True
+        self._thread.join(timeout_s)
+
+    # ---- engine-thread side -------------------------------------------------------------
+    def _thread_main(self) -> None:
+        loop = new_event_loop(self.precise_timers)
+        asyncio.set_event_loop(loop)
+        self.loop = loop
+        self.gate = asyncio.Event()
+        if self._gate_open:
+            self.gate.set()
+        self.wire = Wire(self.address, self.target)
+        watchdog = loop.create_task(self._watchdog())
+        self._ready.set()
+        try:
+            loop.run_forever()
+        finally:
+            watchdog.cancel()
+            loop.run_until_complete(asyncio.sleep(0))
+            loop.close()
+
+    async def _shutdown(self, done: threading.Event) -> None:
+        try:
+            for lane in list(self._lanes):
+                lane.stopping = True
+                if lane.task is not None:
+                    lane.task.cancel()
+            tasks = [lane.task for lane in self._lanes if lane.task is not None]
+            if tasks:
+                await asyncio.wait(tasks, timeout=5)
+            assert self.wire is not None
+            self.wire.close()
+            await asyncio.sleep(0)  # the close frames leave
+        finally:
+            done.set()
+            assert self.loop is not None
+            self.loop.stop()
+
+    def _set_gate(self, is_open: bool) -> None:
+        assert self.gate is not None
+        if is_open:
+            self.generation += 1
+            self.gate.set()
+        else:
+            self.gate.clear()
+            if self.inflight == 0:
+                self.drained.set()
+
+    def _start_lane(self, lane: Lane) -> None:
+        assert self.loop is not None
+        self._lanes.add(lane)
+        lane.task = self.loop.create_task(self._run_lane(lane))
+
+    def _wake_lane(self, lane: Lane) -> None:
+        """A stopping lane parked at the gate, in think time or between scheduled sends leaves
+        at once (scheduled requests already sent run on as their own tasks and are counted)."""
+        if lane.task is not None and (lane.slot.sent_ns == 0 or lane.scheduling):
+            lane.task.cancel()
+
+    async def _run_lane(self, lane: Lane) -> None:
+        assert self.gate is not None
+        gate = self.gate
+        try:
+            while not lane.stopping:
+                if not gate.is_set():
+                    await gate.wait()
+                elif self.runner is None:
+                    raise RuntimeError("the gate opened before a load model was set")
+                else:
+                    await self.runner(self, lane)
+        except asyncio.CancelledError:
+            pass
+        finally:
+            self._lanes.discard(lane)
+            lane.slot.done = None  # a request cut off here is not counted (the user stopped)
+            self._abandon(lane.slot, "CANCELLED", "the user stopped")
+
+    def send(self, slot: Slot, payload: bytes, done: Done) -> None:
+        """(Engine thread.) Start one request on the slot: on its own bidirectional stream
+        (opened on first use, and again after a deadline, a reset or a lost connection), or
+        with `unary` as one ModelInfer call. `done(Result)` runs on the loop when it ends,
+        however it ends. Keeps `inflight`."""
+        if slot.reply is None:
+            slot.reply = functools.partial(self._reply, slot)
+        self.inflight += 1
+        self._busy.add(slot)
+        slot.seq += 1
+        slot.done = done
+        slot.payload = payload
+        slot.sent_ns = time.perf_counter_ns()
+        assert self.wire is not None and self.loop is not None
+        conn = self.wire.live()
+        if conn is None:
+            self.loop.create_task(self._connect_and_put(slot, slot.seq, payload))
+        else:
+            self._put(slot, conn, payload)
+
+    async def _connect_and_put(self, slot: Slot, seq: int, payload: bytes) -> None:
+        assert self.wire is not None
+        try:
+            conn = await self.wire.connection()
+        except InferError as exc:
+            if slot.seq == seq and slot.sent_ns:
+                self._reply(slot, None, exc)
+            return
+        except asyncio.CancelledError:
+            if slot.seq == seq and slot.sent_ns:
+                self._reply(slot, None, InferError("CANCELLED", "loadkit stopped"))
+            raise
+        if slot.seq == seq and slot.sent_ns:  # not abandoned while connecting
+            self._put(slot, conn, payload)
+
+    def _put(self, slot: Slot, conn: Connection, payload: bytes) -> None:
+        unary = self.unary
+        call = slot.call
+        if unary or call is None or call.ended or slot.conn is not conn:
+            if call is not None and slot.conn is not None and not call.ended:
+                slot.conn.cancel(call, InferError("CANCELLED", "moved to a new connection"))
+            try:
+                call = conn.open(MODEL_INFER if unary else MODEL_STREAM_INFER, unary)
+            except StreamsFull:  # as a grpc call does, wait for a stream the server frees
+                slot.call, slot.stream_wait = None, conn.stream_limit
+                conn.wait_stream(functools.partial(self._retry_put, slot, slot.seq))
+                return
+            except InferError as exc:
+                slot.call = None
+                self._reply(slot, None, exc)
+                return
+            slot.call, slot.conn, slot.stream_wait = call, conn, 0
+        conn.send(call, payload, end_stream=unary)
+        call.wait(slot.reply)
+
+    def _retry_put(self, slot: Slot, seq: int) -> None:
+        """A stream was freed (or the connection is going away): send the waiting request on
+        the live connection, unless its deadline abandoned it meanwhile."""
+        assert self.wire is not None and self.loop is not None
+        conn = self.wire.live()
+        if slot.seq != seq or not slot.sent_ns:
+            if conn is not None:
+                conn.release_waiting()  # the stream it was woken for goes to the next one
+            return
+        if conn is None:
+            self.loop.create_task(self._connect_and_put(slot, seq, slot.payload))
+        else:
+            self._put(slot, conn, slot.payload)
+
+    def _reply(self, slot: Slot, message: bytes | None, error: InferError | None) -> None:
+        """The slot's request ended: account for it, then tell whoever sent it.
+
+        Latency runs from the send call to now, as perf_analyzer's runs from its client call to
+        its callback, so both include the client's own framing. How much of it was loadkit's
+        (h2's pure-Python framing before the socket write and after the socket read) is
+        `own_us`, reported per step so a reader sees what the generator added."""
+        if error is not None and error.refused and slot.sent_ns:
+            # the server did not take the stream (over its limit as it counts): send again on
+            # a new stream, within the same deadline
+            slot.call = None
+            assert self.loop is not None
+            self.loop.call_soon(self._retry_put, slot, slot.seq)
+            return
+        end_ns = time.perf_counter_ns()
+        latency_us = (end_ns - slot.sent_ns) // 1000
+        own_us = 0
+        call, conn = slot.call, slot.conn
+        if message is not None and call is not None and call.tx_ns >= slot.sent_ns:
+            rx_ns = conn.rx_ns if conn is not None and conn.rx_ns > call.tx_ns else end_ns
+            own_us = latency_us - (rx_ns - call.tx_ns) // 1000
+        slot.sent_ns = 0
+        self._busy.discard(slot)
+        self.inflight -= 1
+        if self.inflight == 0 and self.gate is not None and not self.gate.is_set():
+            self.drained.set()
+        size = 0
+        if message is not None:
+            size = len(message)
+            if message[:1] == ERROR_FIELD_TAG and not self.unary:
+                text = service_pb2.ModelStreamInferResponse.FromString(message).error_message
+                if text:
+                    error = InferError("INFER_ERROR", text)
+        done, slot.done = slot.done, None
+        if done is not None:
+            done(Result(latency_us, size, error, end_ns, own_us))
+
+    def count(self, name: str, window: StepWindow | None, latency_us: int,
+              service_us: int | None, result: Result) -> None:
+        """(Engine thread.) One finished request into the step's window (if one is open) and
+        Locust's queue;
+        `latency_us` is what is reported (from the scheduled send in an open loop),
+        `service_us` the latency from the actual send where the two differ."""
+        error = result.error
+        if window is not None:
+            if error is None:
+                window.record(name, latency_us, service_us)
+                window.own_us += result.own_us
+            else:
+                window.error(name, error.code, error.details)
+        self.completions.append(Completion(name, latency_us, result.size, error))
+
+    async def _watchdog(self) -> None:
+        """Per-request deadlines: a late call is reset and fails as DEADLINE_EXCEEDED."""
+        while True:
+            await asyncio.sleep(WATCHDOG_S)
+            now = time.perf_counter_ns()
+            for slot in list(self._busy):
+                if slot.sent_ns and now - slot.sent_ns > self.timeout_ns:
+                    self._abandon(
+                        slot, "DEADLINE_EXCEEDED", f"no response within {self.timeout_s:g} s"
+                    )
+
+    def _abandon(self, slot: Slot, code: str, details: str) -> None:
+        """Reset the slot's call, if it has one (the stream is opened again on the next send);
+        a request still waiting for its connection ends here."""
+        call, conn, slot.call = slot.call, slot.conn, None
+        seq = slot.seq
+        if slot.stream_wait:
+            details += (f" (it waited for a free HTTP/2 stream: the server allows "
+                        f"{slot.stream_wait} at once on a connection)")
+            slot.stream_wait = 0
+        if call is not None and conn is not None:
+            conn.cancel(call, InferError(code, details))
+        # no call yet (connecting), or its waiter already cleared; not a request the cancel's
+        # completion went on to send
+        if slot.sent_ns and slot.seq == seq:
+            self._reply(slot, None, InferError(code, details))

@@ -1,0 +1,62 @@
+"""What the engine hands around on its thread: a slot per request in flight, a lane per Locust
+user, and how a request ended (Result), as plain typed records."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from loadkit.transport.call import Call, InferError, Reply
+from loadkit.transport.wire import Connection
+
+
+class Result(NamedTuple):
+    """How one request ended, given to whoever sent it."""
+
+    latency_us: int
+    size: int  # response bytes
+    error: InferError | None
+    end_ns: int  # perf_counter_ns at the end
+    own_us: int  # of latency_us, the part spent in loadkit's own framing
+
+
+Done = Callable[[Result], None]
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished request, as Locust's statistics need it."""
+
+    template: str
+    latency_us: int
+    size: int
+    error: InferError | None
+
+
+@dataclass(eq=False)
+class Slot:
+    """Room for one request in flight: its call (a stream kept open, or one unary call), the
+    connection the call is on, its send time, and who hears how it ended."""
+
+    call: Call | None = None
+    conn: Connection | None = None
+    sent_ns: int = 0
+    seq: int = 0  # which request the slot carries, so a late connect never sends a stale one
+    done: Done | None = None
+    reply: Reply | None = None  # the Call waiter for this slot, bound once (Engine._reply)
+    stream_wait: int = 0  # waiting for a free HTTP/2 stream: the server's limit, else 0
+    payload: bytes = b""  # the request in flight, sent again if the server refuses its stream
+
+
+@dataclass(eq=False)
+class Lane:
+    """One Locust user on the engine: a closed loop, or in an open-loop step the schedule."""
+
+    rng: random.Random
+    stopping: bool = False
+    task: asyncio.Task[None] | None = None
+    slot: Slot = field(default_factory=Slot)
+    scheduling: bool = False

@@ -1,0 +1,59 @@
+"""Closed loop: each lane (one Locust user) sends its next request when the last one ended,
+after the scenario's think time. A step's load is its number of lanes (concurrency)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+
+from loadkit.engine.core import Engine
+from loadkit.engine.slots import Lane, Result
+from loadkit.record import StepWindow
+
+
+async def run_closed(engine: Engine, lane: Lane) -> None:
+    """Send the lane's requests back to back until the gate closes or the lane stops.
+
+    A chain of callbacks, not a coroutine step per request: the next request leaves from the
+    completion of the last one, inside the read that brought the reply, and so in the write
+    that ends that read (the connection flushes there). A task and a future per request would
+    cost two event-loop iterations between a reply and the next send, a share of the time per
+    request that shows at one in flight. After a failure the next request waits one iteration:
+    a deadline's cancel must finish with the slot first."""
+    gate, loop = engine.gate, engine.loop
+    assert gate is not None and loop is not None
+    names, payloads, pick, rng = engine.names, engine.payloads, engine.pick, lane.rng
+    think, recorder = engine.think_time_s, engine.recorder
+    slot = lane.slot
+    over: asyncio.Future[None] = loop.create_future()
+    pause: asyncio.TimerHandle | None = None
+
+    def send_next() -> None:
+        if lane.stopping or not gate.is_set():
+            if not over.done():
+                over.set_result(None)
+            return
+        i = pick(rng)
+        window = recorder.window
+        if window is not None:
+            window.sent += 1
+        engine.send(slot, payloads[i], functools.partial(finished, i, window))
+
+    def finished(i: int, window: StepWindow | None, result: Result) -> None:
+        nonlocal pause
+        engine.count(names[i], window, result.latency_us, None, result)
+        if think > 0:
+            pause = loop.call_later(think, send_next)
+        elif result.error is None:
+            send_next()
+        else:
+            # Failures end inside a cancel, a reset, a lost connection or the send itself,
+            # whose callers still hold the slot: the next request waits one iteration.
+            loop.call_soon(send_next)
+
+    send_next()
+    try:
+        await over
+    finally:
+        if pause is not None:
+            pause.cancel()

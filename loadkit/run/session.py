@@ -1,0 +1,74 @@
+"""The target a run talks to, set up the same way for `loadkit run` and for plain `locust -f`:
+the embedded Triton when no address is given, the control client, the scenario checked against
+the models the server really has (and completed with what it says about them)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from loadkit.control.client import ServerControl
+from loadkit.control.embedded import EmbeddedServer
+from loadkit.errors import ScenarioError
+from loadkit.scenario import Scenario, check_against_models, unbatched_models, with_model_facts
+
+
+def default_out(name: str) -> Path:
+    """reports/<UTC timestamp>-<scenario name>/"""
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return Path("reports") / f"{stamp}-{name}"
+
+
+class Session:
+    """Server (if embedded), control client and the checked scenario; `close()` stops both."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        address: str | None,
+        metrics_url: str | None = None,
+        log_path: Path | None = None,
+        say: Callable[[str], None] = lambda _text: None,
+        live_timeout_s: float = 10.0,
+    ):
+        self.server: EmbeddedServer | None = None
+        self.control: ServerControl | None = None
+        try:
+            if not address:
+                say(f"starting the embedded Triton for models {', '.join(scenario.models)} ...")
+                self.server = EmbeddedServer(models=scenario.models, log_path=log_path).start()
+                address = self.server.grpc_address
+                say(f"embedded Triton ready: grpc {address}, metrics {self.server.metrics_url}")
+            self.address: str = address
+            metrics = metrics_url or (self.server.metrics_url if self.server else None)
+            self.control = ServerControl(address, scenario.target, metrics)
+            self.control.wait_live(timeout_s=live_timeout_s)
+            infos = {m: self.control.model_info(m) for m in scenario.models}
+            problems = check_against_models(scenario, infos)
+            if problems:
+                raise ScenarioError(problems)
+            self.scenario = with_model_facts(scenario, unbatched_models(infos))
+        except BaseException:
+            self.close()
+            raise
+
+    @property
+    def embedded(self) -> bool:
+        return self.server is not None
+
+    def close(self, log_copy: Path | None = None) -> None:
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+        if self.server is not None:
+            if log_copy is not None:
+                self.server.copy_log(log_copy)
+            self.server.stop()
+            self.server = None
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,303 @@
+"""Pure units of the run stage, with small fakes of their collaborators (no server, no Locust):
+the controller's outcomes and events, building a step's result (accounting included), and the
+conductor's walk (windows, snapshots, verdict). The end-to-end tests prove the same against the
+real Triton; these pin the logic down in milliseconds (`make test-fast`)."""
+
+from __future__ import annotations
+
+import copy
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import write
+
+from loadkit.control.client import ModelCounters
+from loadkit.control.controller import Controller, Snapshot
+from loadkit.control.metrics import MetricsSnapshot
+from loadkit.errors import ControlError
+from loadkit.events import ConfigApplied, EventLog, RunEvent
+from loadkit.plan import Plan, Step, build_plan
+from loadkit.record import StepWindow
+from loadkit.run.conductor import Conductor
+from loadkit.run.drive import Collected
+from loadkit.run.results import RunResult
+from loadkit.run.step_result import build_step_result
+from loadkit.scenario import Scenario, load_scenario
+
+pytestmark = pytest.mark.fast
+
+DENSE = {"name": "dense", "max_batch_size": 8, "backend": "python"}
+
+
+class FakeControl:
+    """ServerControl's control-plane calls, on a dict of configs; `refuse` names models whose
+    load fails as Triton refuses a config."""
+
+    def __init__(self, refuse: tuple[str, ...] = ()):
+        self.configs = {"dense": dict(DENSE)}
+        self.refuse = set(refuse)
+        self.loads: list[tuple[str, dict[str, Any]]] = []
+
+    def config(self, model: str) -> dict[str, Any]:
+        return copy.deepcopy(self.configs[model])
+
+    def load(self, model: str, config: dict[str, Any], timeout_s: float) -> None:
+        self.loads.append((model, config))
+        if model in self.refuse:
+            raise ControlError("load failed for model 'dense': bad config", "INVALID_ARGUMENT")
+        self.configs[model] = copy.deepcopy(config)
+
+    def model_ready(self, model: str) -> bool:
+        return True
+
+    def metrics(self) -> MetricsSnapshot:
+        return MetricsSnapshot()
+
+    def is_live(self) -> bool:
+        return True
+
+
+SCENARIO = """
+name: units
+requests:
+  d:
+    model: dense
+    inputs:
+      INPUT0: {dtype: FP32, shape: [4]}
+phases:
+  - name: base
+    load: {concurrency: [1, 2], step_duration: 0.05s, warmup: 0s}
+  - name: batched
+    config:
+      dense: {dynamic_batching: {max_queue_delay_microseconds: 100}}
+    load: {concurrency: [1], step_duration: 0.05s, warmup: 0s}
+"""
+
+
+@pytest.fixture
+def scenario(tmp_path: Path) -> Scenario:
+    return load_scenario(write(tmp_path / "s.yaml", SCENARIO))
+
+
+def _window(step: Step, successes: int, errors: int = 0) -> StepWindow:
+    w = StepWindow(step)
+    for i in range(successes):
+        w.record("d", 100 + i)
+    for _ in range(errors):
+        w.error("d", "UNAVAILABLE", "connection refused")
+    w.sent = successes + errors
+    return w
+
+
+def _snapshot(success: int) -> Snapshot:
+    return Snapshot({"dense": ModelCounters(success=success, inference_count=success,
+                                            execution_count=success)}, MetricsSnapshot())
+
+
+# ---- the controller --------------------------------------------------------------------------
+def test_controller_returns_outcomes_and_says_them_as_events(scenario: Scenario) -> None:
+    plan = build_plan(scenario)
+    events = EventLog()
+    heard: list[RunEvent] = []
+    events.added.add_listener(lambda event, _data: heard.append(event))
+    control = FakeControl()
+    ctl = Controller(control, ("dense",), events)  # type: ignore[arg-type]
+
+    first = ctl.apply_phase(plan.phases[0])
+    assert (first.status, first.reason, first.reload_s) == ("ok", "", {})  # nothing to change
+    assert control.loads == []
+    second = ctl.apply_phase(plan.phases[1])
+    assert second.status == "ok" and set(second.reload_s) == {"dense"}
+    assert second.config["dense"]["dynamic_batching"] == {"max_queue_delay_microseconds": 100}
+    assert [type(e) for e in heard] == [ConfigApplied]
+    assert events.items[0]["event"] == "config_applied"
+    assert events.items[0]["phase"] == "batched" and events.items[0]["model"] == "dense"
+
+    assert ctl.restore() == []
+    assert control.configs["dense"] == DENSE  # back to what it was before the run
+    assert events.items[-1] == {"at": events.items[-1]["at"], "event": "config_restored",
+                                "model": "dense"}
+
+
+def test_a_refused_config_fails_the_phase_with_the_servers_words(scenario: Scenario) -> None:
+    plan = build_plan(scenario)
+    events = EventLog()
+    ctl = Controller(FakeControl(refuse=("dense",)), ("dense",), events)  # type: ignore[arg-type]
+    out = ctl.apply_phase(plan.phases[1])
+    assert out.status == "failed"
+    assert "bad config" in out.reason
+    assert events.named("config_rejected")[0]["detail"].endswith("bad config")
+    assert ctl.applied == {}  # Triton stays on its last good config: nothing to restore
+    assert ctl.restore() == []
+
+
+def test_a_restore_that_fails_is_returned_not_swallowed(scenario: Scenario) -> None:
+    plan = build_plan(scenario)
+    control = FakeControl()
+    ctl = Controller(control, ("dense",), EventLog())  # type: ignore[arg-type]
+    assert ctl.apply_phase(plan.phases[1]).status == "ok"
+    control.refuse.add("dense")
+    failures = ctl.restore()
+    assert [f["model"] for f in failures] == ["dense"]
+    assert "batched" in failures[0]["left_on"] and "bad config" in failures[0]["detail"]
+
+
+# ---- one step's result -----------------------------------------------------------------------
+def test_step_result_accounts_client_against_server(scenario: Scenario) -> None:
+    step = build_plan(scenario).steps[0]
+    got = Collected(_window(step, 40, errors=2), True, 0.5, 1 << 20)
+    ok = build_step_result(step, got, _snapshot(100), _snapshot(140), "t", 2.0, "ok",
+                           {"d": 4}, {"d": "dense"})
+    assert (ok.requests, ok.inferences, ok.throughput) == (40, 160, 80.0)
+    assert ok.errors == {"UNAVAILABLE": 2}
+    assert ok.error_messages["UNAVAILABLE"] == [{"message": "connection refused", "count": 2}]
+    assert ok.server["dense"]["success"] == 40
+    assert ok.accounting["status"] == "ok"
+
+    bad = build_step_result(step, got, _snapshot(100), _snapshot(139), "t", 2.0, "ok",
+                            {"d": 4}, {"d": "dense"})
+    assert bad.accounting["status"] == "mismatch"
+    assert "40" in bad.accounting["reason"] and "39" in bad.accounting["reason"]
+
+
+def test_step_result_without_server_counters_is_unchecked_never_zero(scenario: Scenario) -> None:
+    step = build_plan(scenario).steps[0]
+    got = Collected(_window(step, 5), True, 0.1, 0)
+    r = build_step_result(step, got, None, None, "t", 1.0, "partial", {"d": 1}, {"d": "dense"})
+    assert r.server == {}
+    assert "could not be read before the step" in r.server_unavailable["dense"]
+    assert r.accounting["status"] == "unchecked"
+
+
+# ---- the conductor ---------------------------------------------------------------------------
+class FakeDrive:
+    """The Drive protocol over scripted windows: each measured window gets `per_step`
+    successes; `calls` records the conductor's begin/end order."""
+
+    def __init__(self, per_step: int):
+        self.per_step = per_step
+        self.calls: list[str] = []
+        self.step: Step | None = None
+        self.record = False
+
+    def attach(self, environment: Any) -> None: ...
+
+    def users_for(self, step: Step) -> int:
+        return step.concurrency
+
+    def missing_senders(self) -> str:
+        return ""
+
+    def begin(self, step: Step, record: bool, arrivals: Any = None) -> None:
+        self.calls.append(f"begin {step.key} {'measure' if record else 'warm-up'}")
+        self.step, self.record = step, record
+
+    def end(self, timeout_s: float) -> Collected | None:
+        self.calls.append("end")
+        if not self.record or self.step is None:
+            return None
+        self.record = False
+        return Collected(_window(self.step, self.per_step), True, 0.01, 0)
+
+    def live_window(self) -> StepWindow | None:
+        return None
+
+    def stop(self) -> None: ...
+
+
+class FakeController:
+    """Counters that advance by `server_per_step` between the snapshots around each window."""
+
+    def __init__(self, server_per_step: int, refuse_phase: str = ""):
+        self.success = 0
+        self.server_per_step = server_per_step
+        self.refuse_phase = refuse_phase
+        self.snapshots = 0
+        self.applied: dict[str, Any] = {}
+
+    def apply_phase(self, phase: Any) -> Any:
+        from loadkit.control.controller import PhaseOutcome
+
+        if phase.name == self.refuse_phase:
+            return PhaseOutcome("failed", "dense: refused")
+        return PhaseOutcome()
+
+    def snapshot(self) -> Snapshot:
+        self.snapshots += 1
+        if self.snapshots % 2 == 0:  # after a window
+            self.success += self.server_per_step
+        return _snapshot(self.success)
+
+    def server_live(self) -> bool:
+        return True
+
+    def restore(self) -> list[dict[str, str]]:
+        return []
+
+
+class FakeHub:
+    def __init__(self, scenario: Scenario, drive: FakeDrive, controller: FakeController):
+        self.scenario = scenario
+        self.plan: Plan = build_plan(scenario)
+        self.result = RunResult(scenario.name, {}, "127.0.0.1:1", False, "t")
+        self.events = EventLog(self.result.events)
+        self.controller = controller
+        self.drive = drive
+        self.environment = types.SimpleNamespace(runner=None)  # no Locust runner to wait for
+        self.batch_sizes = {"d": 1}
+        self.template_models = {"d": "dense"}
+        self.saves = 0
+
+    def save(self, final: bool = False) -> None:
+        self.saves += 1
+
+
+def _walk(hub: FakeHub) -> Conductor:
+    conductor = Conductor(hub)  # type: ignore[arg-type]
+    conductor.start()
+    assert conductor.finished.wait(10), "the conductor did not finish"
+    return conductor
+
+
+def test_conductor_measures_each_step_between_drained_snapshots(scenario: Scenario) -> None:
+    drive = FakeDrive(per_step=25)
+    hub = FakeHub(scenario, drive, FakeController(server_per_step=25))
+    conductor = _walk(hub)
+    assert hub.result.status == "complete", hub.result.reason
+    assert conductor.exit_code == 0
+    steps = [s for p in hub.result.phases for s in p.steps]
+    assert [s.requests for s in steps] == [25, 25, 25]
+    assert all(s.accounting["status"] == "ok" for s in steps)
+    # warm-up (0 s here) then a measured window, each closed before the next opens
+    assert drive.calls[:4] == ["begin base/0 warm-up", "end", "begin base/0 measure", "end"]
+    assert hub.controller.snapshots == 6  # before and after each of the 3 windows
+
+
+def test_conductor_fails_a_run_whose_counts_do_not_add_up(scenario: Scenario) -> None:
+    hub = FakeHub(scenario, FakeDrive(per_step=25), FakeController(server_per_step=24))
+    conductor = _walk(hub)
+    assert hub.result.status == "failed"
+    assert "accounting" in hub.result.reason
+    assert conductor.exit_code == 1
+    assert len(hub.events.named("accounting_mismatch")) == 3
+
+
+def test_conductor_skips_the_steps_of_a_refused_phase_and_fails_the_run(
+        scenario: Scenario) -> None:
+    hub = FakeHub(scenario, FakeDrive(per_step=5),
+                  FakeController(server_per_step=5, refuse_phase="batched"))
+    conductor = _walk(hub)
+    phases = {p.name: p for p in hub.result.phases}
+    assert phases["batched"].status == "failed" and phases["batched"].steps == []
+    assert phases["batched"].reason == "dense: refused"
+    assert len(phases["base"].steps) == 2
+    assert hub.result.status == "failed" and conductor.exit_code == 1
+    assert "batched" in hub.result.reason
+
+
+def test_results_json_keeps_its_format_name() -> None:
+    """results.json's `format` is read by `loadkit report`/`compare` and by users' tooling:
+    moving the module that writes it must not rename it."""
+    assert RunResult("n", {}, "a", False, "t").to_json()["format"] == "loadkit.results/1"
