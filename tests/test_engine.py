@@ -85,9 +85,9 @@ def test_latency_runs_from_the_write_to_the_read(triton, tmp_path, transport: st
     lat = step["latency_us"]
     assert server["compute_infer_us"] >= 20_000
     assert lat["p50"] >= server["compute_infer_us"], (lat, server)
-    # p90, not max: a stale stamp would move every request by a round trip (~20 ms), while a
-    # busy 2-core box moved the single slowest of ~90 by 9 ms in full-suite runs
-    assert lat["p90"] < server["compute_infer_us"] + 8_000, (lat, server)
+    # the median, not p90 or max: a stale stamp would move every request by a round trip
+    # (~20 ms), while a busy 2-core box moved p90 by 9 ms in full-suite runs
+    assert lat["p50"] < server["compute_infer_us"] + 10_000, (lat, server)
     # the generator's own framing is inside the latency, and small beside the server's 20 ms
     assert 0 < step["generator"]["own_us_per_request"] < 2_000, step["generator"]
     assert "us of each latency was loadkit's own framing" in (out / "summary.md").read_text()
