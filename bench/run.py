@@ -48,8 +48,8 @@ name: bench
 target: {{transport: {transport}, shared: {shared}}}
 requests:
   dense_b1:
-    model: dense
-    inputs: {{INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 1}}}}
+    model: dense{dataset}
+    inputs: {{INPUT0: {{dtype: FP32, shape: [256], data: {data}, seed: 1}}}}
 phases:
   - name: bench
     load: {{{load}, step_duration: {seconds}s, warmup: 2s}}
@@ -76,15 +76,17 @@ def perf_analyzer_load(level: str) -> list[str]:
 
 def run_loadkit(
     address: str, level: str, seconds: float, work: Path, transport: str,
-    alone: bool = True,
+    alone: bool = True, dataset: Path | None = None,
 ) -> dict[str, Any]:
     """One loadkit run. `alone`: the only client, so its count must equal the server's delta
-    (with perf_analyzer beside it, the server counts both)."""
+    (with perf_analyzer beside it, the server counts both). `dataset`: a perf_analyzer
+    --input-data file the requests come from, in turn."""
     scen = work / "loadkit.yaml"
-    scen.write_text(
-        SCENARIO.format(load=loadkit_load(level), seconds=seconds, transport=transport,
-                        shared=str(not alone).lower())
-    )
+    text = SCENARIO.format(load=loadkit_load(level), seconds=seconds, transport=transport,
+                           shared=str(not alone).lower(),
+                           dataset=f"\n    dataset: {{file: {dataset}, max_size: 1GB}}"
+                           if dataset else "", data="dataset" if dataset else "random")
+    scen.write_text(text)
     out = work / f"lk-{time.monotonic_ns()}"
     proc = subprocess.run(
         [sys.executable, "-m", "loadkit", "run", str(scen), "--target", address,
@@ -124,12 +126,14 @@ def run_loadkit(
 
 
 def run_perf_analyzer(
-    address: str, level: str, seconds: float, work: Path, control: Any, streaming: bool
+    address: str, level: str, seconds: float, work: Path, control: Any, streaming: bool,
+    input_data: Path | None = None,
 ) -> dict | None:
     """One perf_analyzer run; a run that cannot stabilize is retried once with a looser bound,
     then left out (None): that pair is dropped and counted, the bench goes on."""
     for stability in (25, 50):
-        result = _perf_analyzer_once(address, level, seconds, work, control, stability, streaming)
+        result = _perf_analyzer_once(address, level, seconds, work, control, stability, streaming,
+                                     input_data)
         if result is not None:
             return result
     return None
@@ -137,11 +141,12 @@ def run_perf_analyzer(
 
 def _perf_analyzer_once(
     address: str, level: str, seconds: float, work: Path, control: Any, stability: int,
-    streaming: bool,
+    streaming: bool, input_data: Path | None = None,
 ) -> dict | None:
     csv_path = work / f"pa-{time.monotonic_ns()}.csv"
     before = control.counters(("dense",))["dense"].success
-    proc = start_perf_analyzer(address, level, seconds, stability, streaming, csv_path)
+    proc = start_perf_analyzer(address, level, seconds, stability, streaming, csv_path,
+                               input_data)
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
     output = proc.stdout.read() if proc.stdout else ""
@@ -160,14 +165,16 @@ def _perf_analyzer_once(
 
 
 def start_perf_analyzer(
-    address: str, level: str, seconds: float, stability: int, streaming: bool, csv_path: Path
+    address: str, level: str, seconds: float, stability: int, streaming: bool, csv_path: Path,
+    input_data: Path | None = None,
 ) -> subprocess.Popen[str]:
     env = {**os.environ, "LD_LIBRARY_PATH": str(TOOLS / "lib")}
     return subprocess.Popen(
         [str(PERF_ANALYZER), "-m", "dense", "-i", "grpc", "-u", address,
          *perf_analyzer_load(level), "--measurement-interval", str(int(seconds * 1000)),
          "--max-trials", "10", "--stability-percentage", str(stability), "--shape", "INPUT0:256",
-         "-f", str(csv_path), *(["--streaming"] if streaming else [])],
+         "-f", str(csv_path), *(["--streaming"] if streaming else []),
+         *(["--input-data", str(input_data)] if input_data else [])],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
     )
 
@@ -240,6 +247,9 @@ def main() -> int:
                     help="perf_analyzer's measurement window; loadkit measures 3x this")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--transport", default="stream", choices=("stream", "unary"))
+    ap.add_argument("--dataset", type=int, default=10_000,
+                    help="entries of the perf_analyzer --input-data file both clients read at "
+                         "concurrency 8, beside loadkit with one payload (0 = none)")
     ap.add_argument("--together", default="1000",
                     help="total rate for the runs where both clients send at once, each half "
                          "of it ('' = none)")
@@ -299,6 +309,8 @@ def main() -> int:
                 report["levels"][level] = {
                     "pairs": pairs, "ratios": ratios, "dropped_pairs": unstable
                 }
+            if args.dataset:
+                report["dataset"] = dataset_rows(server.grpc_address, args, work, control)
             if args.together:
                 report["together"] = together(server.grpc_address, args, work)
     finally:
@@ -311,6 +323,51 @@ def main() -> int:
     print(table(report))
     print(f"\nwritten: {out_dir / f'{stamp}.json'}", file=sys.stderr)
     return 0
+
+
+def dataset_rows(address: str, args: argparse.Namespace, work: Path,
+                 control: Any) -> dict[str, Any]:
+    """The same --input-data file (N distinct requests for dense) read by both clients at
+    concurrency 8, and loadkit with one payload beside it: what a pool costs per inference,
+    and how long loadkit takes to read and prepare the file."""
+    from loadkit.scenario import load_scenario
+    from loadkit.transport.payloads import prepare_pool
+
+    rng = __import__("numpy").random.default_rng(3)
+    data = {"data": [{"INPUT0": [round(float(x), 4) for x in rng.random(256)]}
+                     for _ in range(args.dataset)]}
+    path = work / "input-data.json"
+    path.write_text(json.dumps(data))
+    scen = work / "startup.yaml"
+    scen.write_text(SCENARIO.format(load="concurrency: 1", seconds=1, transport="stream",
+                                    shared="false", data="dataset",
+                                    dataset=f"\n    dataset: {{file: {path}, max_size: 1GB}}"))
+    t0 = time.perf_counter()
+    pool = prepare_pool(load_scenario(scen).requests["dense_b1"])
+    startup_s = round(time.perf_counter() - t0, 2)
+    pairs = []
+    for i in range(args.pairs):
+        one = run_loadkit(address, "8", args.seconds * STABILITY_WINDOWS, work, args.transport)
+        lk = run_loadkit(address, "8", args.seconds * STABILITY_WINDOWS, work, args.transport,
+                         dataset=path)
+        pa = run_perf_analyzer(address, "8", args.seconds, work, control,
+                               args.transport == "stream", path)
+        if pa is None:
+            continue
+        pairs.append({"loadkit_one_payload": one, "loadkit": lk, "perf_analyzer": pa})
+        print(f"dataset {args.dataset} pair {i + 1}: loadkit {lk['cpu_us_per_inference']} us "
+              f"cpu (one payload {one['cpu_us_per_inference']}), perf_analyzer "
+              f"{pa['cpu_us_per_inference']} us", file=sys.stderr, flush=True)
+    out: dict[str, Any] = {"entries": args.dataset, "startup_s": startup_s, "pool": len(pool),
+                           "file_mb": round(path.stat().st_size / 2**20, 1), "pairs": pairs}
+    if pairs:
+        out["ratios"] = {
+            k: spread([p["loadkit"][k] / p["perf_analyzer"][k] for p in pairs])
+            for k in ("infer_s", "cpu_us_per_inference", "p50_us", "p99_us", "server_us")}
+        out["pool_vs_one_payload_cpu"] = spread(
+            [p["loadkit"]["cpu_us_per_inference"] / p["loadkit_one_payload"]["cpu_us_per_inference"]
+             for p in pairs])
+    return out
 
 
 def together(address: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
@@ -352,6 +409,19 @@ def table(report: dict[str, Any]) -> str:
             lines.append(f"| {c} | (perf_analyzer never stable: no pair) | | | | | |")
             continue
         lines += _rows(c, data, keys)
+    ds = report.get("dataset")
+    if ds and ds.get("pairs"):
+        one = statistics.median(p["loadkit_one_payload"]["cpu_us_per_inference"]
+                                for p in ds["pairs"])
+        pool = ds["pool_vs_one_payload_cpu"]
+        lines += _rows(f"c=8, {ds['entries']} distinct (--input-data)", ds, keys)
+        lines += [
+            "",
+            f"The same --input-data file ({ds['entries']} entries, {ds['file_mb']} MiB) read by "
+            f"both clients at concurrency 8; loadkit read and prepared it in "
+            f"{ds['startup_s']} s. loadkit with one payload: {one:.0f} us CPU/inference; the pool "
+            f"costs {pool['median']:.2f}x that ({pool['min']:.2f}-{pool['max']:.2f}).",
+        ]
     both = report.get("together")
     if both:
         lines += [

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadkit.scenario import RateLoad, Requirements, Scenario, Thresholds
+from loadkit.scenario import RateLoad, RequestTemplate, Requirements, Scenario, Thresholds
 
 
 def load_label(load: dict[str, Any]) -> str:
@@ -82,6 +82,7 @@ class PhasePlan:
     config: dict[str, dict[str, Any]] = field(default_factory=dict)
     requires: Requirements = Requirements()
     thresholds: Thresholds = Thresholds()
+    mix: dict[str, float] = field(default_factory=dict)  # template -> weight in this phase
 
 
 @dataclass(frozen=True)
@@ -89,6 +90,7 @@ class Plan:
     scenario: str
     phases: tuple[PhasePlan, ...]
     think_time_s: float
+    requests: tuple[str, ...] = ()  # what each template with several requests sends
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -107,6 +109,7 @@ class Plan:
             f"plan for '{self.scenario}': {len(self.phases)} phase(s), "
             f"{len(self.steps)} step(s), about {self.estimated_s:.0f} s of load"
         ]
+        varied = len({tuple(sorted(p.mix.items())) for p in self.phases}) > 1
         for p in self.phases:
             first = p.steps[0]
             if first.arrivals is None:
@@ -124,10 +127,15 @@ class Plan:
                 needs = ["a GPU"] if p.requires.gpu else []
                 needs += [f.name for f in p.requires.files]
                 cfg += f"; needs {', '.join(needs)}"
+            if varied or len(p.mix) > 1:
+                total = sum(p.mix.values())
+                cfg += "; mix " + ", ".join(f"{n} {w / total:.0%}" for n, w in p.mix.items()
+                                            if w > 0)
             lines.append(
                 f"  {p.index + 1}. {p.name}: {levels}; each step "
                 f"{first.warmup_s:g} s warm-up + {first.duration_s:g} s measured{cfg}"
             )
+        lines += [f"  requests {r}" for r in self.requests]
         return "\n".join(lines)
 
 
@@ -151,5 +159,21 @@ def build_plan(scenario: Scenario) -> Plan:
                 Step(i, ph.name, j, c, load.warmup_s, load.step_duration_s)
                 for j, c in enumerate(load.levels)
             )
-        phases.append(PhasePlan(i, ph.name, steps, ph.config, ph.requires, ph.thresholds))
-    return Plan(scenario.name, tuple(phases), scenario.think_time_s)
+        phases.append(PhasePlan(i, ph.name, steps, ph.config, ph.requires, ph.thresholds,
+                                ph.mix or scenario.mix))
+    return Plan(scenario.name, tuple(phases), scenario.think_time_s,
+                tuple(_describe_template(t) for t in scenario.requests.values()
+                      if t.dataset is not None or t.pool > 1))
+
+
+def _describe_template(t: RequestTemplate) -> str:
+    """'prompts: 200 distinct requests from prompts.jsonl, in random order'."""
+    if t.dataset is not None:
+        n = max(1, len(t.dataset.entries) // (t.batch_size if t.batched else 1))
+        where = f"from {t.dataset.file.name} ({len(t.dataset.entries)} entries)"
+    else:
+        n, where = t.pool, "generated (seeded)"
+    shapes = [f"{s.name} shapes " + ", ".join(
+        f"{list(shape)} x{w:g}" for shape, w in s.shapes) for s in t.inputs if s.shapes]
+    extra = f"; {'; '.join(shapes)}" if shapes else ""
+    return f"{t.name}: {n} distinct requests {where}, in {t.order} order{extra}"

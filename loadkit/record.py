@@ -97,6 +97,24 @@ class StepWindow:
     # run checks sent == successes + errors and scheduled == sent + dropped from these
     sent: int = 0
     scheduled: int = 0
+    # per template with a pool: which of its prepared requests were sent (indices)
+    payloads: dict[str, set[int]] = field(default_factory=dict)
+    # per sequence template: sequences that ended in this window, and each one's latency from
+    # its first send to its last response
+    sequences: dict[str, HdrHistogram] = field(default_factory=dict)
+
+    def sequence_done(self, template: str, latency_us: int) -> None:
+        h = self.sequences.get(template)
+        if h is None:
+            h = self.sequences[template] = new_histogram()
+        if not record_value(h, latency_us if latency_us > LOWEST_US else LOWEST_US):
+            self.out_of_range += 1
+
+    def use(self, template: str, index: int) -> None:
+        used = self.payloads.get(template)
+        if used is None:
+            used = self.payloads[template] = set()
+        used.add(index)
 
     def record(self, template: str, latency_us: int, service_us: int | None = None) -> None:
         h = self.histograms.get(template)
@@ -163,12 +181,15 @@ class StepWindow:
             "messages": {c: dict(m) for c, m in self.messages.items()},
             "sent": self.sent,
             "scheduled": self.scheduled,
+            "payloads": {n: sorted(u) for n, u in self.payloads.items()},
+            "sequences": {n: encode(h) for n, h in self.sequences.items()},
         }
 
     def add_wire(self, data: dict[str, Any]) -> None:
         """Merge another process's window (from to_wire) into this one, sample for sample."""
         for target, encoded in ((self.histograms, data["histograms"]),
-                                (self.service, data["service"])):
+                                (self.service, data["service"]),
+                                (self.sequences, data.get("sequences", {}))):
             for name, text in encoded.items():
                 h = target.get(name)
                 if h is None:
@@ -185,6 +206,8 @@ class StepWindow:
                 self.keep_message(code, text, int(n))
         self.sent += int(data.get("sent", 0))
         self.scheduled += int(data.get("scheduled", 0))
+        for name, used in data.get("payloads", {}).items():
+            self.payloads.setdefault(name, set()).update(used)
 
 
 class Recorder:

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="session")
 def triton(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedServer:
     log = tmp_path_factory.mktemp("triton") / "tritonserver.log"
-    server = EmbeddedServer(models=("dense", "cnn", "add_sub", "accumulate", "repeat", "blob"),
+    server = EmbeddedServer(models=("dense", "cnn", "add_sub", "accumulate", "repeat", "blob",
+                                    "text_classifier"),
                             log_path=log)
     server.start()
     yield server

@@ -301,3 +301,16 @@ def test_results_json_keeps_its_format_name() -> None:
     """results.json's `format` is read by `loadkit report`/`compare` and by users' tooling:
     moving the module that writes it must not rename it."""
     assert RunResult("n", {}, "a", False, "t").to_json()["format"] == "loadkit.results/1"
+
+
+def test_the_servers_own_words_go_before_the_other_messages_bucket() -> None:
+    """When every failure says something different (a correlation id in each text), the bucket
+    of the rest is the largest; the summary still quotes a real message."""
+    from loadkit.record import OTHER_MESSAGES
+    from loadkit.run.accounting import first_message
+
+    kept = {"INFER_ERROR": [{"message": "sequence 7 must START first", "count": 1},
+                            {"message": OTHER_MESSAGES, "count": 900}]}
+    assert first_message(kept) == "INFER_ERROR: sequence 7 must START first"
+    assert first_message({"X": [{"message": OTHER_MESSAGES, "count": 3}]}) == \
+        f"X: {OTHER_MESSAGES}"

@@ -34,6 +34,8 @@ class ModelCounters:
     compute_input_ns: int = 0
     compute_infer_ns: int = 0
     compute_output_ns: int = 0
+    cache_hits: int = 0
+    cache_misses: int = 0
     batch_executions: dict[int, int] = field(default_factory=dict)
 
 
@@ -48,6 +50,8 @@ def _counters(entries: list[dict[str, Any]]) -> ModelCounters:
             "compute_input_ns",
             "compute_infer_ns",
             "compute_output_ns",
+            "cache_hits",
+            "cache_misses",
         ),
         0,
     )
@@ -56,6 +60,8 @@ def _counters(entries: list[dict[str, Any]]) -> ModelCounters:
         st = e.get("inference_stats", {})
         vals["success"] += int(st.get("success", {}).get("count", 0))
         vals["fail"] += int(st.get("fail", {}).get("count", 0))
+        vals["cache_hits"] += int(st.get("cache_hit", {}).get("count", 0))
+        vals["cache_misses"] += int(st.get("cache_miss", {}).get("count", 0))
         vals["inference_count"] += int(e.get("inference_count", 0))
         vals["execution_count"] += int(e.get("execution_count", 0))
         for key in ("queue", "compute_input", "compute_infer", "compute_output"):
@@ -92,6 +98,10 @@ def diff_counters(before: ModelCounters, after: ModelCounters) -> dict[str, Any]
         "compute_infer_us": per_request_us("compute_infer_ns"),
         "compute_output_us": per_request_us("compute_output_ns"),
         "batch_executions": batch,
+        **({"cache_hits": after.cache_hits - before.cache_hits,
+            "cache_misses": after.cache_misses - before.cache_misses}
+           if after.cache_hits + after.cache_misses > before.cache_hits + before.cache_misses
+           else {}),
     }
 
 

@@ -109,6 +109,9 @@ class EmbeddedServer:
     ready_timeout_s: float = 120.0
     stop_grace_s: float = 10.0
     extra_args: tuple[str, ...] = ()
+    # Triton's local response cache: only models whose config enables `response_cache` use
+    # it (scenarios/response-cache.yaml shows why a load test must know).
+    cache_bytes: int = 64 << 20
     process: subprocess.Popen[bytes] | None = field(default=None, init=False)
     _workdir: Path | None = field(default=None, init=False)
 
@@ -161,6 +164,9 @@ class EmbeddedServer:
             "--exit-timeout-secs=5",
             "--log-verbose=0",
         ]
+        if self.cache_bytes:
+            cmd += [f"--cache-directory={_pytriton_dir() / 'caches'}",
+                    f"--cache-config=local,size={self.cache_bytes}"]
         cmd += list(self.extra_args)
         return cmd
 

@@ -59,7 +59,7 @@ class Engine:
         self,
         address: str,
         target: TargetSpec,
-        payloads: Sequence[bytes],
+        pools: Sequence[Sequence[bytes]],
         names: Sequence[str],
         pick: Callable[[random.Random], int],
         recorder: Recorder,
@@ -69,9 +69,14 @@ class Engine:
     ):
         self.address = address
         self.target = target
-        self.payloads = [frame(p) for p in payloads]
+        self.pools = [[frame(p) for p in pool] for pool in pools]
+        self.payloads = [pool[0] for pool in self.pools]  # the first of each (often the only)
+        self.pooled = any(len(pool) > 1 for pool in self.pools)
+        self.random_order = [False] * len(self.pools)  # set by the drive: order: random
+        self.cursors = [0] * len(self.pools)
+        self.epoch = 0  # the drive bumps it at a new phase: open sequences end there
         self.names = list(names)
-        self.pick = pick if len(self.payloads) > 1 else (lambda _rng: 0)
+        self.pick = pick if len(self.pools) > 1 else (lambda _rng: 0)
         self.recorder = recorder
         self.think_time_s = think_time_s
         self.unary = method == "unary"
@@ -379,6 +384,23 @@ class Engine:
         done, slot.done = slot.done, None
         if done is not None:
             done(Result(latency_us, size, error, end_ns, own_us))
+
+    def draw(self, i: int, rng: random.Random, window: StepWindow | None) -> bytes:
+        """(Engine thread.) Template i's next request from its pool: in turn (the cursor runs
+        on across steps, so the next step sends the next requests) or at random; the window
+        notes which one, to report how many distinct requests a step sent."""
+        pool = self.pools[i]
+        n = len(pool)
+        if n == 1:
+            return pool[0]
+        if self.random_order[i]:
+            j = rng.randrange(n)
+        else:
+            j = self.cursors[i]
+            self.cursors[i] = j + 1 if j + 1 < n else 0
+        if window is not None:
+            window.use(self.names[i], j)
+        return pool[j]
 
     def count(self, name: str, window: StepWindow | None, latency_us: int,
               service_us: int | None, result: Result) -> None:

@@ -7,7 +7,7 @@ import asyncio
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from loadkit.transport.call import Call, InferError, Reply
 from loadkit.transport.wire import Connection
@@ -60,3 +60,4 @@ class Lane:
     task: asyncio.Task[None] | None = None
     slot: Slot = field(default_factory=Slot)
     scheduling: bool = False
+    state: Any = None  # what a load model keeps per lane across gate openings (loads/)

@@ -23,6 +23,7 @@ async def run_closed(engine: Engine, lane: Lane) -> None:
     gate, loop = engine.gate, engine.loop
     assert gate is not None and loop is not None
     names, payloads, pick, rng = engine.names, engine.payloads, engine.pick, lane.rng
+    draw = engine.draw if engine.pooled else None
     think, recorder = engine.think_time_s, engine.recorder
     slot = lane.slot
     over: asyncio.Future[None] = loop.create_future()
@@ -37,7 +38,8 @@ async def run_closed(engine: Engine, lane: Lane) -> None:
         window = recorder.window
         if window is not None:
             window.sent += 1
-        engine.send(slot, payloads[i], functools.partial(finished, i, window))
+        payload = payloads[i] if draw is None else draw(i, rng, window)
+        engine.send(slot, payload, functools.partial(finished, i, window))
 
     def finished(i: int, window: StepWindow | None, result: Result) -> None:
         nonlocal pause

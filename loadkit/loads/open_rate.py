@@ -39,6 +39,7 @@ async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals) -> None:
     cap = arrivals.max_concurrency or 1_000_000
     tolerance_ns = arrivals.late_tolerance_s * 1e9
     names, payloads, pick, recorder = engine.names, engine.payloads, engine.pick, engine.recorder
+    draw = engine.draw if engine.pooled else None
     idle, wire = engine.idle_slots, engine.wire
     assert wire is not None
     in_flight = 0
@@ -73,7 +74,8 @@ async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals) -> None:
                     window.late[names[i]] += 1
             slot = idle.pop() if idle else Slot()
             in_flight += 1
-            engine.send(slot, payloads[i], functools.partial(
+            payload = payloads[i] if draw is None else draw(i, lane.rng, window)
+            engine.send(slot, payload, functools.partial(
                 finished, slot, names[i], scheduled_ns, window))
         if conn is not None:
             conn.corked = False

@@ -24,6 +24,7 @@ from gevent.event import Event
 from locust.runners import STATE_MISSING
 
 from loadkit.clock import utcnow
+from loadkit.errors import LoadkitError
 from loadkit.events import (
     EventLog,
     WorkerJoined,
@@ -36,7 +37,7 @@ from loadkit.plan import Arrivals, Plan, Step, build_plan
 from loadkit.record import StepWindow
 from loadkit.run.drive import Collected
 from loadkit.scenario import Scenario, with_model_facts
-from loadkit.transport.payloads import prepare
+from loadkit.transport.payloads import prepare_pool
 
 log = logging.getLogger("loadkit.distributed")
 
@@ -60,12 +61,13 @@ def fingerprint(scenario: Scenario, plan: Plan) -> dict[str, str]:
         data = value if isinstance(value, bytes) else repr(value).encode()
         out[key] = hashlib.sha256(data).hexdigest()[:16]
 
-    put("mix", sorted(scenario.mix.items()))
+    put("mix", [sorted(p.mix.items()) for p in plan.phases])
     put("think_time", scenario.think_time_s)
     put("target", (scenario.target.timeout_s, scenario.target.transport))
     for name, t in sorted(scenario.requests.items()):
-        put(f"requests.{name}", (t.model, t.version, t.batch_size, t.batched, t.outputs))
-        put(f"requests.{name}.bytes", prepare(t))
+        put(f"requests.{name}", (t.model, t.version, t.batch_size, t.batched, t.outputs,
+                                 t.order, t.parameters))
+        put(f"requests.{name}.bytes", b"".join(prepare_pool(t)))
     put("phases", [p.name for p in plan.phases])
     for p in plan.phases:
         put(f"phases.{p.name}.load",
@@ -102,6 +104,10 @@ class MasterDrive:
     def __init__(self, scenario: Scenario, address: str, events: EventLog):
         self.scenario = scenario
         self.plan = build_plan(scenario)
+        if any(t.sequence is not None for t in scenario.requests.values()):
+            raise LoadkitError("templates with a 'sequence' do not run distributed yet (each "
+                               "worker would need its own correlation ids); run without "
+                               "--workers / --master")
         self.fingerprint = fingerprint(scenario, self.plan)
         self.unbatched = sorted({t.model for t in scenario.requests.values() if not t.batched})
         self.address = address

@@ -23,14 +23,25 @@ from loadkit.engine.core import Engine
 from loadkit.engine.slots import Lane
 from loadkit.loads.closed import run_closed
 from loadkit.loads.open_rate import schedule
+from loadkit.loads.sequence import sequences
 from loadkit.plan import Arrivals, Plan, Step
 from loadkit.record import Recorder, StepWindow
 from loadkit.run.drive import Collected
 from loadkit.scenario import Scenario
-from loadkit.transport.payloads import prepare
+from loadkit.transport.payloads import prepare_pool
 
 DRAIN_POLL_S = 0.002
 PUMP_S = 0.2
+
+
+def cumulative(names: list[str], mix: dict[str, float]) -> list[float]:
+    """Cumulative shares of the templates (in `names` order) for a weighted draw."""
+    total = sum(mix.values())
+    acc, out = 0.0, []
+    for n in names:
+        acc += mix.get(n, 0.0) / total
+        out.append(acc)
+    return out
 
 
 def process_usage() -> tuple[float, int]:
@@ -52,16 +63,13 @@ class LocalDrive:
         self.address = address
         self.seed = seed
         self.recorder = Recorder()
-        names = list(scenario.mix)
+        names = list(scenario.requests)  # a phase's mix may use any of them
         self.template_names = names
-        self.payloads = [prepare(scenario.requests[n]) for n in names]
+        self.payloads = [prepare_pool(scenario.requests[n]) for n in names]
         self.batch_sizes = {n: scenario.requests[n].batch_size for n in names}
-        total = sum(scenario.mix.values())
-        acc = 0.0
-        self.cumulative: list[float] = []
-        for n in names:
-            acc += scenario.mix[n] / total
-            self.cumulative.append(acc)
+        # per phase: the cumulative weights pick() draws from (switched at each gate opening)
+        self.mixes = [cumulative(names, p.mix) for p in plan.phases]
+        self.cumulative = cumulative(names, scenario.mix)
         self.think_time_s = scenario.think_time_s
         self._user_seq = 0
         self._fire: Callable[..., Any] | None = None
@@ -78,13 +86,17 @@ class LocalDrive:
             scenario.target.transport,
             precise_timers=any(step.arrivals is not None for step in plan.steps),
         )
+        self.engine.random_order = [scenario.requests[n].order == "random" for n in names]
+        specs = [scenario.requests[n].sequence for n in names]
+        self._closed = sequences(specs) if any(specs) else run_closed
+        self._phase = -1
 
     def user_rng(self) -> random.Random:
         self._user_seq += 1
         return random.Random(self.seed * 1_000_003 + self._user_seq)
 
     def pick(self, rng: random.Random) -> int:
-        i = bisect.bisect_left(self.cumulative, rng.random())
+        i = bisect.bisect_right(self.cumulative, rng.random())  # a 0 weight is never drawn
         return min(i, len(self.cumulative) - 1)
 
     @property
@@ -122,7 +134,12 @@ class LocalDrive:
     def begin(self, step: Step, record: bool, arrivals: Arrivals | None = None) -> None:
         """Open the gate for a warm-up (record=False) or a measured window."""
         a = arrivals if arrivals is not None else step.arrivals
-        self.engine.set_runner(run_closed if a is None else schedule(a))
+        if step.phase_index < len(self.mixes):
+            self.cumulative = self.mixes[step.phase_index]
+        if step.phase_index != self._phase:
+            self._phase = step.phase_index
+            self.engine.epoch += 1
+        self.engine.set_runner(self._closed if a is None else schedule(a))
         if record:
             self._usage0 = process_usage()
             self.recorder.open(step)

@@ -22,9 +22,11 @@ def _server_cell(step: dict[str, Any]) -> str:
     parts = []
     for model, s in step.get("server", {}).items():
         if s.get("success", 0) or s.get("fail", 0):
+            cache = (f", cache {s['cache_hits']} hits / {s['cache_misses']} misses"
+                     if "cache_hits" in s else "")
             parts.append(
                 f"{model}: batch {s['avg_batch']:.2f}, queue {s['queue_us']:.0f} us, "
-                f"infer {s['compute_infer_us']:.0f} us"
+                f"infer {s['compute_infer_us']:.0f} us{cache}"
             )
     return "; ".join(parts) or "-"
 
@@ -66,6 +68,7 @@ def summary_table(results: dict[str, Any]) -> str:
         out.append("")
         out += _error_notes(phase["steps"])
         out += _generator_note(phase["steps"])
+        out += _payload_note(phase["steps"])
         if open_steps:
             out += _open_loop_notes(open_steps)
     out += _worker_notes(results)
@@ -162,6 +165,20 @@ def _generator_note(steps: list[dict[str, Any]]) -> list[str]:
         own = _span([g["own_us_per_request"] for g in gens])
         line += f"; {own} us of each latency was loadkit's own framing (mean)"
     return [line + ".", ""]
+
+
+def _payload_note(steps: list[dict[str, Any]]) -> list[str]:
+    """How many distinct requests each template with a pool sent, per step: one payload
+    repeated measures a cache, not the model (scenarios/response-cache.yaml)."""
+    used: dict[str, list[int]] = {}
+    for s in steps:
+        for name, c in s.get("client", {}).items():
+            if "distinct_payloads" in c:
+                used.setdefault(name, []).append(c["distinct_payloads"])
+    if not used:
+        return []
+    parts = [f"{n} {_span([float(v) for v in vs])}" for n, vs in used.items()]
+    return [f"Distinct requests sent per step: {', '.join(parts)}.", ""]
 
 
 def _open_loop_notes(steps: list[dict[str, Any]]) -> list[str]:

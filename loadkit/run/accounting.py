@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadkit.record import StepWindow
+from loadkit.record import OTHER_MESSAGES, StepWindow
 
 # Failures whose request the server may count as a success all the same: abandoned by the
 # client (a deadline, a cancel), answered with a reply the client refused (too large,
@@ -86,12 +86,15 @@ def _check(name: str, left: int, right: int) -> dict[str, Any]:
 
 
 def first_message(messages: dict[str, list[dict[str, Any]]]) -> str:
-    """The most frequent kept error message of a step or run, as 'CODE: message'."""
-    best = ("", "", 0)
+    """The most frequent kept error message of a step or run, as 'CODE: message'. A real
+    message goes before the "(other messages)" bucket, which is larger whenever every failure
+    says something different (a correlation id, a request id in the text)."""
+    best = ("", "", 0, False)
     for code, kept in messages.items():
         for m in kept:
-            if m["count"] > best[2]:
-                best = (code, m["message"], m["count"])
+            real = m["message"] != OTHER_MESSAGES
+            if (real, m["count"]) > (best[3], best[2]):
+                best = (code, m["message"], m["count"], real)
     return f"{best[0]}: {best[1]}" if best[0] else ""
 
 

@@ -72,8 +72,9 @@ class CapacityConductor(Conductor):
                         max_rate=self.spec.max_rate or Search.max_rate)
         deadline = time.monotonic() + self._phase_budget_s(phase)
         cost = first.warmup_s + first.duration_s + PROBE_OVERHEAD_S
-        mix = self.run.scenario.mix
-        batch = sum(mix[n] * b for n, b in self.run.batch_sizes.items()) / sum(mix.values())
+        mix = phase.mix
+        batch = sum(mix.get(n, 0) * b for n, b in self.run.batch_sizes.items()) / sum(
+            mix.values())
         while (nxt := search.next_rate()) is not None:
             if self.aborted:
                 search.stopped = "aborted"

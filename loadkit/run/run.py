@@ -55,8 +55,8 @@ class Run:
             if distributed
             else LocalDrive(scenario, self.plan, address, seed)
         )
-        self.batch_sizes = {n: scenario.requests[n].batch_size for n in scenario.mix}
-        self.template_models = {n: scenario.requests[n].model for n in scenario.mix}
+        self.batch_sizes = {n: t.batch_size for n, t in scenario.requests.items()}
+        self.template_models = {n: t.model for n, t in scenario.requests.items()}
         self.controller = Controller(
             control, scenario.models, self.events, scenario.target.reload_timeout_s
         )

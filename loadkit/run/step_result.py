@@ -43,6 +43,11 @@ def build_step_result(
             "latency_us": latency_summary(window.histograms[name])
             if name in window.histograms
             else {},
+            **({"distinct_payloads": len(window.payloads[name])}
+               if name in window.payloads else {}),
+            **({"sequences": window.sequences[name].get_total_count(),
+                "sequence_latency_us": latency_summary(window.sequences[name])}
+               if name in window.sequences else {}),
         }
         for name in batch_sizes
         if window.successes(name) or window.errors.get(name)

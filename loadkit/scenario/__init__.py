@@ -35,6 +35,7 @@ from loadkit.scenario.model import (
     RequestTemplate,
     Requirements,
     Scenario,
+    SequenceSpec,
     TargetSpec,
     Threshold,
     Thresholds,
@@ -46,7 +47,8 @@ from loadkit.scenario.phases import parse_ramp, parse_rate_ramp
 __all__ = [
     "ARRIVALS", "DATA_KINDS", "DTYPES", "LATENCY_METRICS", "MAX_CONCURRENCY", "MAX_RATE",
     "THRESHOLD_METRICS", "TRANSPORTS", "ConcurrencyLoad", "InputSpec", "ModelInfo", "PhaseSpec",
-    "RateLoad", "RequestTemplate", "Requirements", "Scenario", "TLSSpec", "TargetSpec",
+    "RateLoad", "RequestTemplate", "Requirements", "Scenario", "SequenceSpec", "TLSSpec",
+    "TargetSpec",
     "Threshold", "Thresholds", "check_against_models", "load_scenario", "parse_ramp",
     "parse_rate_ramp", "unbatched_models", "with_model_facts",
 ]

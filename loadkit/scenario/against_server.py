@@ -6,7 +6,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from loadkit.errors import Problem, suggest
-from loadkit.scenario.model import Scenario
+from loadkit.scenario.model import InputSpec, RequestTemplate, Scenario
 from loadkit.scenario.source import KeyPath
 
 
@@ -49,19 +49,26 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
                 src.problem((*base, "model"), f"the server has no ready model '{t.model}'{reason}")
             )
             continue
-        if info.sequence or info.decoupled:
-            kind = (
-                "uses sequence batching (every request needs a correlation id and START/END "
-                "flags)" if info.sequence else
-                "is decoupled (a request gets several responses; loadkit would count each as a "
-                "request)"
-            )
+        if info.decoupled:
             problems.append(
-                src.problem((*base, "model"), f"model '{t.model}' {kind}: loadkit cannot "
-                            "measure such a model yet; expected a model without "
-                            f"{'sequence_batching' if info.sequence else 'decoupled transactions'}")
+                src.problem((*base, "model"), f"model '{t.model}' is decoupled (a request gets "
+                            "several responses; loadkit would count each as a request): "
+                            "loadkit cannot measure such a model yet; expected a model without "
+                            "decoupled transactions")
             )
             continue
+        if info.sequence and t.sequence is None:
+            problems.append(
+                src.problem((*base, "model"), f"model '{t.model}' uses sequence batching "
+                            "(every request needs a correlation id and START/END flags); "
+                            "expected the template to say so: sequence: {length: N}")
+            )
+            continue
+        if t.sequence is not None and not info.sequence:
+            problems.append(
+                src.problem((*base, "sequence"), f"model '{t.model}' has no sequence_batching; "
+                            "expected no 'sequence' for it")
+            )
         if info.max_batch_size == 0 and t.batch_size != 1:
             problems.append(
                 src.problem(
@@ -106,16 +113,19 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
                     )
                 )
             want = dims[1:] if info.max_batch_size else dims
-            if len(want) != len(spec.shape) or any(
-                w not in (-1, s) for w, s in zip(want, spec.shape, strict=True)
-            ):
-                problems.append(
-                    src.problem(
-                        (*p, "shape"),
-                        f"model '{t.model}' expects shape {list(want)} (without the batch "
-                        f"dimension); found {list(spec.shape)}",
+            for shape, origin in _shapes_sent(t, spec):
+                if len(want) != len(shape) or any(
+                    w not in (-1, s) for w, s in zip(want, shape, strict=True)
+                ):
+                    problems.append(
+                        src.problem(
+                            (*p, "shapes" if spec.shapes else "shape") if origin == "" else
+                            (*base, "dataset"),
+                            f"model '{t.model}' expects shape {list(want)} (without the batch "
+                            f"dimension); found {list(shape)}{origin}",
+                        )
                     )
-                )
+                    break
         for out in t.outputs:
             if out not in info.outputs:
                 problems.append(
@@ -125,3 +135,19 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
                     )
                 )
     return problems
+
+
+def _shapes_sent(t: RequestTemplate, spec: InputSpec) -> list[tuple[tuple[int, ...], str]]:
+    """Every shape the template sends for an input (without the batch dimension), with where
+    it comes from ('' for the template itself)."""
+    if spec.shape is not None and spec.data != "dataset":
+        return [(spec.shape, "")]
+    if spec.shapes:
+        return [(shape, "") for shape, _ in spec.shapes]
+    if t.dataset is None:
+        return []
+    seen: dict[tuple[int, ...], int] = {}
+    for i, entry in enumerate(t.dataset.entries):
+        seen.setdefault(tuple(entry[spec.name].shape), i)
+    return [(shape, f" in {t.dataset.file.name} entry {i + 1} (input '{spec.name}')")
+            for shape, i in seen.items()]

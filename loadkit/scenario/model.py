@@ -22,8 +22,15 @@ DTYPES: dict[str, str] = {
     "FP16": "float16",
     "FP32": "float32",
     "FP64": "float64",
+    "BYTES": "object",  # strings: each element sent as a 4-byte little-endian length + bytes
 }
-DATA_KINDS = ("random", "zeros", "ones", "constant", "file")
+DTYPE_ALIASES = {"STRING": "BYTES"}  # Triton's config.pbtxt says TYPE_STRING
+DATA_KINDS = ("random", "zeros", "ones", "constant", "file", "dataset")
+ORDERS = ("sequential", "random")
+# A template's prepared requests (data set or generated pool) are held in memory by every
+# process that sends: above this the scenario is refused (dataset: {max_size: ...} raises it).
+DATASET_MAX_BYTES = 512 << 20
+MAX_POOL = 1_000_000
 MAX_CONCURRENCY = 10_000
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
@@ -32,11 +39,37 @@ ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 class InputSpec:
     name: str
     dtype: str
-    shape: tuple[int, ...]
+    shape: tuple[int, ...] | None  # None: each data set entry brings its own
     data: str = "random"
-    value: float | int | bool = 0
+    value: float | int | bool | str = 0
     seed: int = 0
     file: Path | None = None
+    length: tuple[int, int] = (16, 16)  # BYTES with data: random: characters, min and max
+    # Several shapes, each with its weight: a template's pool holds them in these proportions
+    shapes: tuple[tuple[tuple[int, ...], float], ...] = ()
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    """Distinct requests from a file: every entry is one batch-1 request's inputs (as in
+    perf_analyzer's --input-data), read and checked when the scenario loads."""
+
+    file: Path
+    max_bytes: int = DATASET_MAX_BYTES
+    # one dict per entry: input name -> array (BYTES: an object array of bytes)
+    entries: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class SequenceSpec:
+    """A stateful model's sequences: each runs `length` requests (varied by up to
+    `variation` percent), START on the first, END on the last, one in flight at a time, under
+    a correlation id drawn from `ids` (never two open sequences with the same id)."""
+
+    length: int
+    variation: float = 0.0  # percent
+    ids: tuple[int, int] = (1, 2**31 - 1)
+    id_type: str = "uint64"  # or "string": the id sent as its decimal text
 
 
 @dataclass(frozen=True)
@@ -52,6 +85,12 @@ class RequestTemplate:
     # False for a model without batching (max_batch_size 0): its tensors carry no batch
     # dimension. Only the server knows; with_model_facts() fills it in after the check.
     batched: bool = True
+    dataset: DatasetSpec | None = None
+    pool: int = 1  # distinct generated requests (random inputs seeded per entry, shapes mixed)
+    order: str = "sequential"  # how requests are taken from the pool: in turn, or at random
+    # KServe request parameters (priority, timeout, custom keys), sent with every request
+    parameters: tuple[tuple[str, bool | int | float | str], ...] = ()
+    sequence: SequenceSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -173,6 +212,7 @@ class PhaseSpec:
     config: dict[str, dict[str, Any]] = field(default_factory=dict)
     requires: Requirements = Requirements()
     thresholds: Thresholds = Thresholds()
+    mix: dict[str, float] = field(default_factory=dict)  # empty: the scenario's mix
 
 
 @dataclass(frozen=True)

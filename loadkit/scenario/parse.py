@@ -8,7 +8,7 @@ from pathlib import Path
 
 from loadkit.errors import ScenarioError
 from loadkit.scenario.checks import Checker, found
-from loadkit.scenario.model import RequestTemplate, Scenario
+from loadkit.scenario.model import ConcurrencyLoad, PhaseSpec, RateLoad, RequestTemplate, Scenario
 from loadkit.scenario.phases import _phases, _thresholds
 from loadkit.scenario.requests import _mix, _target, _template
 from loadkit.scenario.source import load_yaml
@@ -59,6 +59,28 @@ def load_scenario(path: str | Path) -> Scenario:
             dataclasses.replace(ph, thresholds=thresholds.extended(ph.thresholds))
             for ph in phases
         )
+    _check_sequences(ck, requests, phases)
     if ck.problems:
         raise ScenarioError(ck.problems)
     return Scenario(name, path, target, requests, mix, think or 0.0, phases, src)
+
+
+def _check_sequences(ck: Checker, requests: dict[str, RequestTemplate],
+                     phases: tuple[PhaseSpec, ...]) -> None:
+    """Sequences run in closed loops, one in flight per user: the correlation ids must cover
+    the most users any phase runs (every open sequence needs its own id)."""
+    seq = {n: t.sequence for n, t in requests.items() if t.sequence is not None}
+    if not seq:
+        return
+    for i, ph in enumerate(phases):
+        if isinstance(ph.load, RateLoad):
+            ck.add(("phases", i, "load"), "templates with a 'sequence' run in closed loops "
+                   "(concurrency = sequences in flight); expected concurrency, found rate")
+    most = max((max(ph.load.levels) for ph in phases if isinstance(ph.load, ConcurrencyLoad)),
+               default=1)
+    for name, s in seq.items():
+        size = s.ids[1] - s.ids[0] + 1
+        if size < most:
+            ck.add(("requests", name, "sequence", "ids"),
+                   f"{size} correlation ids for up to {most} sequences in flight; expected at "
+                   f"least {most}")

@@ -21,6 +21,7 @@ from loadkit.scenario.model import (
     Threshold,
     Thresholds,
 )
+from loadkit.scenario.requests import _mix
 from loadkit.scenario.source import KeyPath
 
 
@@ -156,7 +157,8 @@ def _phases(ck: Checker, raw: Any) -> tuple[PhaseSpec, ...]:
     for i, item in enumerate(raw):
         p: KeyPath = ("phases", i)
         m = ck.mapping(
-            item, p, ("name", "load", "config", "requires", "thresholds"), ("name", "load")
+            item, p, ("name", "load", "config", "requires", "thresholds", "mix"),
+            ("name", "load")
         )
         if m is None:
             continue
@@ -182,8 +184,9 @@ def _phases(ck: Checker, raw: Any) -> tuple[PhaseSpec, ...]:
                         config[model] = overlay
         requires = _requires(ck, m.get("requires"), (*p, "requires"), config)
         own = _thresholds(ck, m["thresholds"], (*p, "thresholds")) if "thresholds" in m else None
+        mix = _mix(ck, m["mix"], list(ck.request_names), (*p, "mix")) if "mix" in m else {}
         if name and load:
-            out.append(PhaseSpec(name, load, config, requires, own or Thresholds()))
+            out.append(PhaseSpec(name, load, config, requires, own or Thresholds(), mix))
     return tuple(out)
 
 

@@ -1,55 +1,176 @@
-"""Request bytes: each template's ModelInferRequest is serialized once and reused by every call.
+"""Request bytes: each template's ModelInferRequests are serialized once, at start-up, and every
+call sends them as they are.
 
-tritonclient's InferInput objects and per-call protobuf serialization cost tens of microseconds;
-the engine's methods use identity serializers and send these bytes as they are, and responses
-are not parsed beyond spotting an error.
+A template has a pool of prepared requests: one (the default), `pool: N` generated ones (random
+inputs seeded per entry, shapes mixed by weight), or one per group of data set entries (a batch
+of B takes B consecutive entries, as perf_analyzer does). The engine draws from the pool in turn
+or at random; nothing is serialized on the hot path. BYTES tensors go as Triton reads them:
+each element a 4-byte little-endian length, then its bytes.
 """
 
 from __future__ import annotations
+
+import struct
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from tritonclient.grpc import service_pb2
 
 from loadkit.scenario import DTYPES, InputSpec, RequestTemplate
 
+ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz     ", dtype=np.uint8)
 
-def input_array(spec: InputSpec, batch_size: int, batched: bool = True) -> np.ndarray:
-    """The tensor one template sends: [batch, *shape] (a model without batching: [*shape]),
-    filled as the scenario says."""
-    shape = (batch_size, *spec.shape) if batched else spec.shape
+
+def _random_strings(rng: np.random.Generator, n: int, length: tuple[int, int]) -> np.ndarray:
+    out = np.empty(n, dtype=object)
+    for i in range(n):
+        k = int(rng.integers(length[0], length[1] + 1))
+        out[i] = ALPHABET[rng.integers(0, len(ALPHABET), size=k)].tobytes()
+    return out
+
+
+def input_array(spec: InputSpec, batch_size: int, batched: bool = True, entry: int = 0,
+                shape: tuple[int, ...] | None = None) -> np.ndarray:
+    """The tensor one generated request sends: [batch, *shape] (a model without batching:
+    [*shape]), filled as the scenario says; `entry` > 0 varies random data per pool entry."""
+    dims = shape if shape is not None else spec.shape
+    assert dims is not None
+    full = (batch_size, *dims) if batched else dims
+    if spec.dtype == "BYTES":
+        n = int(np.prod(full))
+        if spec.data == "constant":
+            arr = np.full(n, str(spec.value).encode("utf-8"), dtype=object)
+        else:
+            arr = _random_strings(np.random.default_rng([spec.seed, entry]), n, spec.length)
+        return arr.reshape(full)
     dtype = np.dtype(DTYPES[spec.dtype])
     if spec.data == "zeros":
-        return np.zeros(shape, dtype)
+        return np.zeros(full, dtype)
     if spec.data == "ones":
-        return np.ones(shape, dtype)
+        return np.ones(full, dtype)
     if spec.data == "constant":
-        return np.full(shape, spec.value, dtype)
+        return np.full(full, spec.value, dtype)
     if spec.data == "file":
         assert spec.file is not None
         arr = np.load(spec.file, allow_pickle=False).astype(dtype)
-        if arr.shape == spec.shape:
-            arr = np.broadcast_to(arr, shape)
+        if arr.shape == dims:
+            arr = np.broadcast_to(arr, full)
         # [n, *shape] files are cycled to the batch size (a model without batching: first row)
-        return np.resize(arr, shape)
-    rng = np.random.default_rng(spec.seed)
+        return np.resize(arr, full)
+    rng = np.random.default_rng(spec.seed if entry == 0 else [spec.seed, entry])
     if dtype.kind == "f":
-        return rng.random(shape).astype(dtype)
+        return rng.random(full).astype(dtype)
     if dtype.kind == "b":
-        return rng.random(shape) < 0.5
+        return rng.random(full) < 0.5
     info = np.iinfo(dtype)
-    return rng.integers(max(info.min, -128), min(info.max, 127), size=shape, dtype=dtype)
+    return rng.integers(max(info.min, -128), min(info.max, 127), size=full, dtype=dtype)
 
 
-def prepare(template: RequestTemplate) -> bytes:
-    """Serialize one ModelInferRequest for the template (the bytes every call reuses)."""
+def tensor_bytes(arr: np.ndarray, dtype: str) -> bytes:
+    """Row-major raw contents as Triton reads them (BYTES: length-prefixed elements)."""
+    if dtype == "BYTES":
+        return b"".join(struct.pack("<I", len(x)) + x for x in arr.ravel())
+    return np.ascontiguousarray(arr, DTYPES[dtype]).tobytes()
+
+
+def _serialize(template: RequestTemplate, tensors: list[tuple[InputSpec, np.ndarray]]) -> bytes:
     req = service_pb2.ModelInferRequest(model_name=template.model, model_version=template.version)
-    for spec in template.inputs:
-        arr = input_array(spec, template.batch_size, template.batched)
+    for key, value in template.parameters:
+        param = req.parameters[key]
+        if isinstance(value, bool):
+            param.bool_param = value
+        elif isinstance(value, int):
+            param.int64_param = value
+        elif isinstance(value, float):
+            param.double_param = value
+        else:
+            param.string_param = value
+    for spec, arr in tensors:
         tensor = req.inputs.add()
         tensor.name = spec.name
         tensor.datatype = spec.dtype
         tensor.shape.extend(arr.shape)
-        req.raw_input_contents.append(np.ascontiguousarray(arr).tobytes())
+        req.raw_input_contents.append(tensor_bytes(arr, spec.dtype))
     for name in template.outputs:
         req.outputs.add().name = name
     return req.SerializeToString()
+
+
+def mixed_shapes(spec: InputSpec, n: int) -> list[tuple[int, ...]]:
+    """n shapes in the weights' proportions (largest remainder), interleaved, so that any
+    run of the pool is close to the mix."""
+    total = sum(w for _, w in spec.shapes)
+    counts = [int(n * w / total) for _, w in spec.shapes]
+    order = sorted(range(len(counts)), key=lambda i: -(n * spec.shapes[i][1] / total - counts[i]))
+    for i in order[: n - sum(counts)]:
+        counts[i] += 1
+    # interleave: entry k takes the shape whose share so far lags its weight the most
+    out: list[tuple[int, ...]] = []
+    given = [0] * len(counts)
+    for k in range(n):
+        i = max(range(len(counts)), key=lambda j: counts[j] * (k + 1) / n - given[j]
+                if given[j] < counts[j] else -1e18)
+        given[i] += 1
+        out.append(spec.shapes[i][0])
+    return out
+
+
+def _generated(template: RequestTemplate) -> Iterator[bytes]:
+    n = max(1, template.pool)
+    shapes = {s.name: mixed_shapes(s, n) for s in template.inputs if s.shapes}
+    for k in range(n):
+        yield _serialize(template, [
+            (s, input_array(s, template.batch_size, template.batched, k,
+                            shapes[s.name][k] if s.shapes else None))
+            for s in template.inputs])
+
+
+def _from_dataset(template: RequestTemplate) -> Iterator[bytes]:
+    assert template.dataset is not None
+    entries = template.dataset.entries
+    b = template.batch_size if template.batched else 1
+    groups = max(1, len(entries) // b)
+    for g in range(groups):
+        rows = [entries[(g * b + j) % len(entries)] for j in range(b)]
+        tensors: list[tuple[InputSpec, np.ndarray]] = []
+        for s in template.inputs:
+            if s.data != "dataset":
+                tensors.append((s, input_array(s, template.batch_size, template.batched, g)))
+                continue
+            arrays = [r[s.name] for r in rows]
+            if len({a.shape for a in arrays}) > 1:
+                raise ValueError(
+                    f"entries {g * b + 1}..{g * b + b} of {template.dataset.file.name} go in one "
+                    f"batch of {b} but input '{s.name}' has shapes "
+                    f"{sorted({a.shape for a in arrays})}: a batch needs one shape")
+            arr = np.stack(arrays) if template.batched else arrays[0]
+            tensors.append((s, arr))
+        yield _serialize(template, tensors)
+
+
+def prepare_pool(template: RequestTemplate) -> list[bytes]:
+    """Every request the template sends, serialized once."""
+    if template.dataset is not None:
+        return list(_from_dataset(template))
+    return list(_generated(template))
+
+
+def prepare(template: RequestTemplate) -> bytes:
+    """The template's first request (a template without a pool sends only this)."""
+    return prepare_pool(template)[0] if template.dataset is not None or template.pool > 1 \
+        else next(_generated(template))
+
+
+def pool_shapes(template: RequestTemplate) -> dict[str, Any]:
+    """The shapes a template's pool sends and how many requests carry each, per input: the
+    mix of shapes is part of the plan and of the report."""
+    out: dict[str, Any] = {}
+    for s in template.inputs:
+        if s.shapes:
+            counted: dict[str, int] = {}
+            for shape in mixed_shapes(s, max(1, template.pool)):
+                key = "x".join(map(str, shape))
+                counted[key] = counted.get(key, 0) + 1
+            out[s.name] = counted
+    return out

@@ -1,0 +1,194 @@
+"""Real inputs: data sets (perf_analyzer's JSON, JSON Lines, .npz), BYTES, pools of distinct
+requests, mixed shapes, request parameters and a mix per phase, on the real embedded Triton
+with the shipped models; plus the serialization itself, checked against tritonclient's."""
+
+from __future__ import annotations
+
+import base64
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, loadkit, results, write
+from tritonclient.grpc import service_pb2
+from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
+
+from loadkit.scenario import load_scenario
+from loadkit.transport.payloads import prepare_pool, tensor_bytes
+
+
+def _steps(out: Path) -> list[dict]:
+    return [s for p in results(out)["phases"] for s in p["steps"]]
+
+
+def _assert_exact(step: dict, model: str) -> None:
+    """Every request accounted for: the run's own check, and client == server here too."""
+    assert step["accounting"]["status"] == "ok", step["accounting"]
+    client = sum(c["requests"] for c in step["client"].values())
+    assert step["server"][model]["success"] == client > 0, (step["server"], client)
+    assert not step["errors"], step["error_messages"]
+
+
+# ---- serialization (no server) ---------------------------------------------------------------
+@pytest.mark.fast
+def test_bytes_tensors_are_serialized_as_tritonclient_does() -> None:
+    arr = np.array([[b"hello"], [b""], ["na\u00efve".encode()]], dtype=object)
+    assert tensor_bytes(arr, "BYTES") == serialize_byte_tensor(arr).item()
+    assert list(deserialize_bytes_tensor(tensor_bytes(arr, "BYTES"))) == list(arr.ravel())
+
+
+@pytest.mark.fast
+def test_perf_analyzer_json_becomes_one_request_per_entry(tmp_path: Path) -> None:
+    """content / shape / b64 forms, flat content reshaped to the input's shape, nested lists
+    (perf_analyzer's sequences) taken in order; parameters go into every request."""
+    b = np.arange(4, dtype=np.float32) + 10
+    data = {"data": [
+        {"INPUT0": [1, 2, 3, 4], "INPUT1": {"content": [5, 6, 7, 8], "shape": [4]}},
+        [{"INPUT0": {"content": [[0, 0], [0, 1]], "shape": [4]},
+          "INPUT1": {"b64": base64.b64encode(b.tobytes()).decode()}}],
+    ]}
+    (tmp_path / "d.json").write_text(json.dumps(data))
+    scen = load_scenario(write(tmp_path / "s.yaml", """
+requests:
+  a:
+    model: add_sub
+    dataset: d.json
+    parameters: {priority: 2, tag: x}
+    inputs:
+      INPUT0: {dtype: FP32, shape: [4], data: dataset}
+      INPUT1: {dtype: FP32, shape: [4], data: dataset}
+phases: [{name: p, load: {concurrency: 1, step_duration: 1s}}]
+"""))
+    import dataclasses
+    t = dataclasses.replace(scen.requests["a"], batched=False)
+    pool = [service_pb2.ModelInferRequest.FromString(p) for p in prepare_pool(t)]
+    assert len(pool) == 2
+    got = [[np.frombuffer(c, np.float32).tolist() for c in r.raw_input_contents] for r in pool]
+    assert got == [[[1, 2, 3, 4], [5, 6, 7, 8]], [[0, 0, 0, 1], b.tolist()]]
+    assert [list(i.shape) for i in pool[1].inputs] == [[4], [4]]  # no batch dimension
+    assert pool[0].parameters["priority"].int64_param == 2
+    assert pool[0].parameters["tag"].string_param == "x"
+
+
+@pytest.mark.fast
+def test_mixed_shapes_hold_their_weights_in_the_pool(tmp_path: Path) -> None:
+    scen = load_scenario(write(tmp_path / "s.yaml", """
+requests:
+  a:
+    model: dense
+    pool: 100
+    inputs:
+      INPUT0:
+        dtype: FP32
+        shapes: [{shape: [16], weight: 50}, {shape: [64], weight: 30}, {shape: [256], weight: 20}]
+phases: [{name: p, load: {concurrency: 1, step_duration: 1s}}]
+"""))
+    pool = [service_pb2.ModelInferRequest.FromString(p)
+            for p in prepare_pool(scen.requests["a"])]
+    dims = [int(r.inputs[0].shape[1]) for r in pool]
+    assert {d: dims.count(d) for d in set(dims)} == {16: 50, 64: 30, 256: 20}
+    assert dims[:10].count(16) in (4, 5, 6)  # interleaved, not 50 x 16 first
+    assert len({r.raw_input_contents[0] for r in pool}) == 100  # every request distinct
+
+
+# ---- against the real Triton -----------------------------------------------------------------
+def test_text_model_with_prompts_and_random_strings(triton, tmp_path: Path) -> None:
+    """BYTES in and out, prompts from JSON Lines in random order, a seeded pool of strings:
+    every request succeeds, client == server, and the report says how many distinct requests
+    each step sent."""
+    scen = (ROOT / "scenarios" / "text-classifier.yaml").read_text()
+    scen = scen.replace("data/prompts.jsonl", str(ROOT / "scenarios/data/prompts.jsonl"))
+    scen = scen.replace("step_duration: 8s, warmup: 2s", "step_duration: 2s, warmup: 0.5s")
+    out = tmp_path / "r"
+    proc = loadkit("run", str(write(tmp_path / "t.yaml", scen)), "--target",
+                   triton.grpc_address, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for step in _steps(out):
+        _assert_exact(step, "text_classifier")
+        prompts, synthetic = step["client"]["prompts"], step["client"]["synthetic"]
+        assert 1 < prompts["distinct_payloads"] <= min(200, prompts["requests"])
+        assert synthetic["distinct_payloads"] == min(100, synthetic["requests"])
+    assert "Distinct requests sent per step: prompts" in (out / "summary.md").read_text()
+
+
+def test_perf_analyzer_input_data_file_on_a_model_without_batching(triton, tmp_path) -> None:
+    scen = (ROOT / "scenarios" / "dataset-json.yaml").read_text()
+    scen = scen.replace("data/add_sub.json", str(ROOT / "scenarios/data/add_sub.json"))
+    scen = scen.replace("step_duration: 5s, warmup: 1s", "step_duration: 1.5s, warmup: 0.2s")
+    out = tmp_path / "r"
+    proc = loadkit("run", str(write(tmp_path / "d.yaml", scen)), "--target",
+                   triton.grpc_address, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for step in _steps(out):
+        _assert_exact(step, "add_sub")
+        c = step["client"]["add_sub"]
+        assert c["distinct_payloads"] == min(50, c["requests"])
+
+
+def test_one_payload_measures_the_response_cache_a_pool_measures_the_model(
+        triton, control, tmp_path) -> None:
+    """The fixed-payload trap, from Triton's own counters: with the cache on, one repeated
+    payload is served from it; a pool of distinct requests never hits it. Each phase sends
+    only its own template (a mix per phase); the cache is off again after the run."""
+    scen = (ROOT / "scenarios" / "response-cache.yaml").read_text()
+    scen = scen.replace("step_duration: 6s, warmup: 1s", "step_duration: 2s, warmup: 0.2s")
+    out = tmp_path / "r"
+    proc = loadkit("run", str(write(tmp_path / "c.yaml", scen)), "--target",
+                   triton.grpc_address, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    phases = {p["name"]: p["steps"][0] for p in results(out)["phases"]}
+    for step in phases.values():
+        _assert_exact(step, "text_classifier")
+    assert set(phases["no-cache-one-payload"]["client"]) == {"same"}
+    assert "cache_hits" not in phases["no-cache-one-payload"]["server"]["text_classifier"]
+    one = phases["cache-one-payload"]
+    assert one["server"]["text_classifier"]["cache_hits"] >= one["requests"] - 2
+    pool = phases["cache-distinct-payloads"]
+    assert set(pool["client"]) == {"distinct"}
+    assert pool["client"]["distinct"]["distinct_payloads"] == pool["requests"] < 10_000
+    assert pool["server"]["text_classifier"]["cache_hits"] == 0
+    assert "response_cache" not in control.config("text_classifier")  # restored
+    assert "cache 0 hits" in (out / "summary.md").read_text()
+
+
+@pytest.mark.fast
+def test_sequence_flags_ride_on_the_prepared_request() -> None:
+    """The prepared request with the id and flags appended decodes as one request carrying
+    sequence_id, sequence_start and sequence_end, its inputs untouched."""
+    from loadkit.loads.sequence import END, START, Ids, id_bytes
+    from loadkit.scenario import SequenceSpec
+
+    base = service_pb2.ModelInferRequest(model_name="accumulate")
+    base.raw_input_contents.append(b"\x01\x00\x00\x00")
+    spec = SequenceSpec(4, ids=(7, 8))
+    ids = Ids(spec)
+    first, second = ids.take(), ids.take()
+    assert (first, second) == (7, 8)
+    ids.give_back(first)
+    assert ids.take() == 7  # the only free one
+    req = service_pb2.ModelInferRequest.FromString(
+        base.SerializeToString() + id_bytes(spec, 7) + START + END)
+    assert req.parameters["sequence_id"].int64_param == 7
+    assert req.parameters["sequence_start"].bool_param
+    assert req.parameters["sequence_end"].bool_param
+    assert req.raw_input_contents[0] == b"\x01\x00\x00\x00"
+    text = id_bytes(SequenceSpec(4, id_type="string"), 12)
+    assert service_pb2.ModelInferRequest.FromString(text).parameters[
+        "sequence_id"].string_param == "12"
+
+
+def test_sequences_on_a_stateful_model(triton, tmp_path: Path) -> None:
+    """Sequences of ~10 (+-20%) on accumulate: no request refused (a missing START would be),
+    every request accounted for, and the sequences counted with their latencies."""
+    scen = (ROOT / "scenarios" / "stateful.yaml").read_text()
+    scen = scen.replace("step_duration: 5s, warmup: 1s", "step_duration: 2s, warmup: 0.3s")
+    out = tmp_path / "r"
+    proc = loadkit("run", str(write(tmp_path / "s.yaml", scen)), "--target",
+                   triton.grpc_address, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for step in _steps(out):
+        _assert_exact(step, "accumulate")
+        c = step["client"]["accumulate"]
+        assert c["requests"] / 13 <= c["sequences"] <= c["requests"] / 7, c
+        assert c["sequence_latency_us"]["p50"] > c["latency_us"]["p50"] * 5
