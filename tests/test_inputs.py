@@ -22,6 +22,20 @@ def _steps(out: Path) -> list[dict]:
     return [s for p in results(out)["phases"] for s in p["steps"]]
 
 
+def _run_shipped(name: str, triton, tmp_path: Path, shorten: tuple[str, str],
+                 *paths: str) -> Path:
+    """Run scenarios/<name>.yaml against the session Triton with shorter steps (`shorten`:
+    the load line's text and its replacement; `paths`: data files made absolute); exit 0."""
+    scen = (ROOT / "scenarios" / f"{name}.yaml").read_text().replace(*shorten)
+    for rel in paths:
+        scen = scen.replace(rel, str(ROOT / "scenarios" / rel))
+    out = tmp_path / "r"
+    proc = loadkit("run", str(write(tmp_path / f"{name}.yaml", scen)), "--target",
+                   triton.grpc_address, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return out
+
+
 def _assert_exact(step: dict, model: str) -> None:
     """Every request accounted for: the run's own check, and client == server here too."""
     assert step["accounting"]["status"] == "ok", step["accounting"]
@@ -97,13 +111,8 @@ def test_text_model_with_prompts_and_random_strings(triton, tmp_path: Path) -> N
     """BYTES in and out, prompts from JSON Lines in random order, a seeded pool of strings:
     every request succeeds, client == server, and the report says how many distinct requests
     each step sent."""
-    scen = (ROOT / "scenarios" / "text-classifier.yaml").read_text()
-    scen = scen.replace("data/prompts.jsonl", str(ROOT / "scenarios/data/prompts.jsonl"))
-    scen = scen.replace("step_duration: 8s, warmup: 2s", "step_duration: 2s, warmup: 0.5s")
-    out = tmp_path / "r"
-    proc = loadkit("run", str(write(tmp_path / "t.yaml", scen)), "--target",
-                   triton.grpc_address, "--out", str(out), "--quiet")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = _run_shipped("text-classifier", triton, tmp_path, (
+        "step_duration: 8s, warmup: 2s", "step_duration: 2s, warmup: 0.5s"), "data/prompts.jsonl")
     for step in _steps(out):
         _assert_exact(step, "text_classifier")
         prompts, synthetic = step["client"]["prompts"], step["client"]["synthetic"]
@@ -113,13 +122,8 @@ def test_text_model_with_prompts_and_random_strings(triton, tmp_path: Path) -> N
 
 
 def test_perf_analyzer_input_data_file_on_a_model_without_batching(triton, tmp_path) -> None:
-    scen = (ROOT / "scenarios" / "dataset-json.yaml").read_text()
-    scen = scen.replace("data/add_sub.json", str(ROOT / "scenarios/data/add_sub.json"))
-    scen = scen.replace("step_duration: 5s, warmup: 1s", "step_duration: 1.5s, warmup: 0.2s")
-    out = tmp_path / "r"
-    proc = loadkit("run", str(write(tmp_path / "d.yaml", scen)), "--target",
-                   triton.grpc_address, "--out", str(out), "--quiet")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = _run_shipped("dataset-json", triton, tmp_path, (
+        "step_duration: 5s, warmup: 1s", "step_duration: 1.5s, warmup: 0.2s"), "data/add_sub.json")
     for step in _steps(out):
         _assert_exact(step, "add_sub")
         c = step["client"]["add_sub"]
@@ -131,12 +135,8 @@ def test_one_payload_measures_the_response_cache_a_pool_measures_the_model(
     """The fixed-payload trap, from Triton's own counters: with the cache on, one repeated
     payload is served from it; a pool of distinct requests never hits it. Each phase sends
     only its own template (a mix per phase); the cache is off again after the run."""
-    scen = (ROOT / "scenarios" / "response-cache.yaml").read_text()
-    scen = scen.replace("step_duration: 6s, warmup: 1s", "step_duration: 2s, warmup: 0.2s")
-    out = tmp_path / "r"
-    proc = loadkit("run", str(write(tmp_path / "c.yaml", scen)), "--target",
-                   triton.grpc_address, "--out", str(out), "--quiet")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = _run_shipped("response-cache", triton, tmp_path, (
+        "step_duration: 6s, warmup: 1s", "step_duration: 2s, warmup: 0.2s"))
     phases = {p["name"]: p["steps"][0] for p in results(out)["phases"]}
     for step in phases.values():
         _assert_exact(step, "text_classifier")
@@ -181,14 +181,64 @@ def test_sequence_flags_ride_on_the_prepared_request() -> None:
 def test_sequences_on_a_stateful_model(triton, tmp_path: Path) -> None:
     """Sequences of ~10 (+-20%) on accumulate: no request refused (a missing START would be),
     every request accounted for, and the sequences counted with their latencies."""
-    scen = (ROOT / "scenarios" / "stateful.yaml").read_text()
-    scen = scen.replace("step_duration: 5s, warmup: 1s", "step_duration: 2s, warmup: 0.3s")
-    out = tmp_path / "r"
-    proc = loadkit("run", str(write(tmp_path / "s.yaml", scen)), "--target",
-                   triton.grpc_address, "--out", str(out), "--quiet")
-    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = _run_shipped("stateful", triton, tmp_path, (
+        "step_duration: 5s, warmup: 1s", "step_duration: 2s, warmup: 0.3s"))
     for step in _steps(out):
         _assert_exact(step, "accumulate")
         c = step["client"]["accumulate"]
         assert c["requests"] / 13 <= c["sequences"] <= c["requests"] / 7, c
         assert c["sequence_latency_us"]["p50"] > c["latency_us"]["p50"] * 5
+
+
+def test_an_ensemble_reports_each_composing_model_beside_it(triton, tmp_path: Path) -> None:
+    """image_pipeline = preprocess -> cnn: the ensemble's own count matches the client's, and
+    each composing model's statistics are in the step, marked, with one execution per
+    ensemble request."""
+    out = _run_shipped("ensemble", triton, tmp_path, (
+        "step_duration: 5s, warmup: 1s", "step_duration: 1.5s, warmup: 0.2s"))
+    for step in _steps(out):
+        _assert_exact(step, "image_pipeline")
+        for inner in ("preprocess", "cnn"):
+            s = step["server"][inner]
+            assert s["composing_of"] == "image_pipeline"
+            assert s["success"] == step["requests"], (inner, s, step["requests"])
+    assert "cnn (in image_pipeline): batch" in (out / "summary.md").read_text()
+
+
+def test_outputs_are_validated_against_perf_analyzers_validation_data(triton, tmp_path) -> None:
+    """add_sub with perf_analyzer's validation_data: right answers pass; entries whose expected
+    sum is wrong fail as MISMATCH with the first differing element, client == server still."""
+    rng = np.random.default_rng(4)
+    data, expected = [], []
+    for k in range(20):
+        a = rng.integers(-5, 5, 4).astype(float).tolist()
+        b = rng.integers(-5, 5, 4).astype(float).tolist()
+        data.append({"INPUT0": a, "INPUT1": b})
+        total = [x + y for x, y in zip(a, b, strict=True)]
+        if k % 5 == 0:
+            total[2] += 1.0  # 4 of 20 entries expect a wrong sum
+        expected.append({"OUTPUT0": total,
+                         "OUTPUT1": [x - y for x, y in zip(a, b, strict=True)]})
+    (tmp_path / "v.json").write_text(json.dumps({"data": data, "validation_data": expected}))
+    out = tmp_path / "r"
+    proc = loadkit("run", str(write(tmp_path / "v.yaml", """
+requests:
+  add_sub:
+    model: add_sub
+    dataset: v.json
+    validate: true
+    inputs:
+      INPUT0: {dtype: FP32, shape: [4], data: dataset}
+      INPUT1: {dtype: FP32, shape: [4], data: dataset}
+phases: [{name: p, load: {concurrency: 2, step_duration: 1.5s, warmup: 0s}}]
+""")), "--target", triton.grpc_address, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]  # errors without thresholds: exit 0, loud
+    (step,) = _steps(out)
+    assert step["accounting"]["status"] == "ok", step["accounting"]
+    mismatches = step["errors"]["MISMATCH"]
+    total = step["requests"] + mismatches
+    assert abs(mismatches / total - 0.2) < 0.02, (mismatches, total)  # 4 of every 20, in turn
+    messages = [m["message"] for m in step["error_messages"]["MISMATCH"]]
+    assert any("output 'OUTPUT0' element 2: expected" in m for m in messages), messages
+    # the server answered every one: its successes are client successes + mismatches
+    assert step["server"]["add_sub"]["success"] == total

@@ -141,10 +141,10 @@ def _triton_processes() -> int:
 
 
 def test_default_run_starts_and_stops_embedded_server_repeatedly(tmp_path) -> None:
-    """Exit must never hang: three full `loadkit run`s with the embedded server, each bounded."""
+    """Exit must never hang: two full `loadkit run`s with the embedded server, each bounded."""
     scen = write(tmp_path / "q.yaml", dense_cnn(name="exit", conc="2", dur="1s"))
     before = _triton_processes()
-    for i in range(3):
+    for i in range(2):
         out = tmp_path / f"r{i}"
         t0 = time.monotonic()
         proc = loadkit("run", str(scen), "--out", str(out), "--quiet", timeout=90)

@@ -248,6 +248,7 @@ class FakeHub:
         self.environment = types.SimpleNamespace(runner=None)  # no Locust runner to wait for
         self.batch_sizes = {"d": 1}
         self.template_models = {"d": "dense"}
+        self.composing: dict[str, str] = {}
         self.saves = 0
 
     def save(self, final: bool = False) -> None:

@@ -39,7 +39,7 @@ def drive(address: str, target: TargetSpec, payload: bytes, users: int, count: i
     """`users` closed loops on a real Engine until `count` requests have ended (bounded by
     `timeout_s`), then a drained close: the window holds every request sent."""
     recorder = Recorder()
-    engine = Engine(address, target, [payload], ["t"], lambda _rng: 0, recorder,
+    engine = Engine(address, target, [[payload]], ["t"], lambda _rng: 0, recorder,
                     method=transport)
     engine.start()
     window = recorder.open(Step(0, "p", 0, users, 0.0, 1.0))

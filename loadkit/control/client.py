@@ -201,6 +201,8 @@ class ServerControl:
             name, int(cfg.get("max_batch_size", 0)), tensors(meta.inputs), tensors(meta.outputs),
             decoupled=bool(cfg.get("model_transaction_policy", {}).get("decoupled", False)),
             sequence="sequence_batching" in cfg,
+            composing=tuple(s.get("model_name", "") for s in
+                            cfg.get("ensemble_scheduling", {}).get("step", [])),
         )
 
     def config(self, name: str) -> dict[str, Any]:

@@ -72,11 +72,13 @@ def _explain(exc: ControlError) -> str:
 class Controller:
     def __init__(
         self, control: ServerControl, models: tuple[str, ...], events: EventLog,
-        reload_timeout_s: float = READY_TIMEOUT_S,
+        reload_timeout_s: float = READY_TIMEOUT_S, observed: tuple[str, ...] = (),
     ):
         self.control = control
         self.reload_timeout_s = reload_timeout_s
         self.models = models
+        # read with them at every snapshot, never configured: an ensemble's composing models
+        self.observed = tuple(m for m in observed if m not in models)
         self.original: dict[str, dict[str, Any]] = {}
         self.applied: dict[str, dict[str, Any]] = {}
         self.applied_phase: dict[str, str] = {}  # which phase's overlay each model runs
@@ -92,10 +94,11 @@ class Controller:
         instant the client saw its last response could miss it (and the next window would
         count it). The counters are read until two reads SETTLE_S apart agree.
         """
-        counters = self.control.read_counters(self.models)
+        models = self.models + self.observed
+        counters = self.control.read_counters(models)
         for _ in range(SETTLE_TRIES):
             time.sleep(SETTLE_S)
-            again = self.control.read_counters(self.models)
+            again = self.control.read_counters(models)
             if again == counters:
                 break
             counters = again

@@ -33,10 +33,11 @@ from typing import Any, TypeVar
 from tritonclient.grpc import service_pb2
 
 from loadkit.engine.eventloop import new_event_loop
+from loadkit.engine.pools import Pools
 from loadkit.engine.slots import Completion, Done, Lane, Result, Slot
 from loadkit.record import Recorder, StepWindow
 from loadkit.scenario import TargetSpec
-from loadkit.transport.call import InferError, StreamsFull, frame
+from loadkit.transport.call import InferError, StreamsFull
 from loadkit.transport.connection import Connection
 from loadkit.transport.wire import Wire
 
@@ -69,14 +70,12 @@ class Engine:
     ):
         self.address = address
         self.target = target
-        self.pools = [[frame(p) for p in pool] for pool in pools]
-        self.payloads = [pool[0] for pool in self.pools]  # the first of each (often the only)
-        self.pooled = any(len(pool) > 1 for pool in self.pools)
-        self.random_order = [False] * len(self.pools)  # set by the drive: order: random
-        self.cursors = [0] * len(self.pools)
+        self.requests = Pools(pools, names)  # the drive sets its order and expected outputs
+        self.payloads = self.requests.first  # the first of each template's (often the only)
+        self.draw = self.requests.draw
         self.epoch = 0  # the drive bumps it at a new phase: open sequences end there
         self.names = list(names)
-        self.pick = pick if len(self.pools) > 1 else (lambda _rng: 0)
+        self.pick = pick if len(pools) > 1 else (lambda _rng: 0)
         self.recorder = recorder
         self.think_time_s = think_time_s
         self.unary = method == "unary"
@@ -291,6 +290,7 @@ class Engine:
         slot.seq += 1
         slot.done = done
         slot.payload = payload
+        slot.check = self.requests.last_drawn if self.requests.validating else None
         slot.sent_ns = time.perf_counter_ns()
         assert self.wire is not None and self.loop is not None
         conn = self.wire.live()
@@ -381,26 +381,16 @@ class Engine:
                 text = service_pb2.ModelStreamInferResponse.FromString(message).error_message
                 if text:
                     error = InferError("INFER_ERROR", text)
+            if error is None and slot.check is not None:
+                error = self.requests.validate(message, self.unary, slot.check)
         done, slot.done = slot.done, None
         if done is not None:
             done(Result(latency_us, size, error, end_ns, own_us))
 
-    def draw(self, i: int, rng: random.Random, window: StepWindow | None) -> bytes:
-        """(Engine thread.) Template i's next request from its pool: in turn (the cursor runs
-        on across steps, so the next step sends the next requests) or at random; the window
-        notes which one, to report how many distinct requests a step sent."""
-        pool = self.pools[i]
-        n = len(pool)
-        if n == 1:
-            return pool[0]
-        if self.random_order[i]:
-            j = rng.randrange(n)
-        else:
-            j = self.cursors[i]
-            self.cursors[i] = j + 1 if j + 1 < n else 0
-        if window is not None:
-            window.use(self.names[i], j)
-        return pool[j]
+    @property
+    def pooled(self) -> bool:
+        """Whether requests must come through draw() (several per template, or validated)."""
+        return self.requests.pooled
 
     def count(self, name: str, window: StepWindow | None, latency_us: int,
               service_us: int | None, result: Result) -> None:

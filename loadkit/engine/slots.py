@@ -49,6 +49,7 @@ class Slot:
     reply: Reply | None = None  # the Call waiter for this slot, bound once (Engine._reply)
     stream_wait: int = 0  # waiting for a free HTTP/2 stream: the server's limit, else 0
     payload: bytes = b""  # the request in flight, sent again if the server refuses its stream
+    check: tuple[int, int] | None = None  # (template, pool entry) whose outputs to validate
 
 
 @dataclass(eq=False)

@@ -28,7 +28,7 @@ from loadkit.plan import Arrivals, Plan, Step
 from loadkit.record import Recorder, StepWindow
 from loadkit.run.drive import Collected
 from loadkit.scenario import Scenario
-from loadkit.transport.payloads import prepare_pool
+from loadkit.transport.payloads import expected_pool, prepare_pool
 
 DRAIN_POLL_S = 0.002
 PUMP_S = 0.2
@@ -86,7 +86,9 @@ class LocalDrive:
             scenario.target.transport,
             precise_timers=any(step.arrivals is not None for step in plan.steps),
         )
-        self.engine.random_order = [scenario.requests[n].order == "random" for n in names]
+        self.engine.requests.random_order = [scenario.requests[n].order == "random"
+                                             for n in names]
+        self.engine.requests.expect([expected_pool(scenario.requests[n]) for n in names])
         specs = [scenario.requests[n].sequence for n in names]
         self._closed = sequences(specs) if any(specs) else run_closed
         self._phase = -1

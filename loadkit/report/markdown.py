@@ -24,8 +24,9 @@ def _server_cell(step: dict[str, Any]) -> str:
         if s.get("success", 0) or s.get("fail", 0):
             cache = (f", cache {s['cache_hits']} hits / {s['cache_misses']} misses"
                      if "cache_hits" in s else "")
+            name = f"{model} (in {s['composing_of']})" if "composing_of" in s else model
             parts.append(
-                f"{model}: batch {s['avg_batch']:.2f}, queue {s['queue_us']:.0f} us, "
+                f"{name}: batch {s['avg_batch']:.2f}, queue {s['queue_us']:.0f} us, "
                 f"infer {s['compute_infer_us']:.0f} us{cache}"
             )
     return "; ".join(parts) or "-"

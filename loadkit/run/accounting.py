@@ -22,9 +22,10 @@ from loadkit.record import OTHER_MESSAGES, StepWindow
 # Failures whose request the server may count as a success all the same: abandoned by the
 # client (a deadline, a cancel), answered with a reply the client refused (too large,
 # compressed), or answered by the model with an error response (a stream's INFER_ERROR, unary
-# INTERNAL): Triton 2.51 counts a request its python model answered with an error as a success.
+# INTERNAL): Triton 2.51 counts a request its python model answered with an error as a success;
+# and MISMATCH, a good answer by the server that loadkit's output validation judged wrong.
 SERVER_MAY_COUNT = ("DEADLINE_EXCEEDED", "CANCELLED", "RESOURCE_EXHAUSTED", "INTERNAL",
-                    "INFER_ERROR")
+                    "INFER_ERROR", "MISMATCH")
 
 
 def check_step(

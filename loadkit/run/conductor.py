@@ -49,6 +49,7 @@ class Hub(Protocol):
     environment: Any  # Locust's Environment
     batch_sizes: dict[str, int]
     template_models: dict[str, str]
+    composing: dict[str, str]  # model -> the template model it runs inside
 
     def save(self, final: bool = False) -> None: ...
 
@@ -238,6 +239,7 @@ class Conductor:
         result = build_step_result(
             step, got, before, after, started_at, duration, "ok" if ok else "partial",
             run.batch_sizes, run.template_models, run.scenario.target.shared,
+            run.composing,
         )
         pr.steps.append(result)
         if result.accounting["status"] == "mismatch":

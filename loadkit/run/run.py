@@ -57,8 +57,11 @@ class Run:
         )
         self.batch_sizes = {n: t.batch_size for n, t in scenario.requests.items()}
         self.template_models = {n: t.model for n, t in scenario.requests.items()}
+        # model -> the template model it runs inside (an ensemble's steps, BLS calls)
+        self.composing = {m: t.model for t in scenario.requests.values() for m in t.composing}
         self.controller = Controller(
-            control, scenario.models, self.events, scenario.target.reload_timeout_s
+            control, scenario.models, self.events, scenario.target.reload_timeout_s,
+            observed=tuple(self.composing),
         )
         self.conductor: Conductor = (
             Conductor(self) if capacity is None else CapacityConductor(self, capacity)

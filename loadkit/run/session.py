@@ -11,7 +11,13 @@ from pathlib import Path
 from loadkit.control.client import ServerControl
 from loadkit.control.embedded import EmbeddedServer
 from loadkit.errors import ScenarioError
-from loadkit.scenario import Scenario, check_against_models, unbatched_models, with_model_facts
+from loadkit.scenario import (
+    Scenario,
+    check_against_models,
+    composing_models,
+    unbatched_models,
+    with_model_facts,
+)
 
 
 def default_out(name: str) -> Path:
@@ -48,7 +54,8 @@ class Session:
             problems = check_against_models(scenario, infos)
             if problems:
                 raise ScenarioError(problems)
-            self.scenario = with_model_facts(scenario, unbatched_models(infos))
+            self.scenario = with_model_facts(scenario, unbatched_models(infos),
+                                             composing_models(infos))
         except BaseException:
             self.close()
             raise

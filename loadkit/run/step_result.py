@@ -27,6 +27,7 @@ def build_step_result(
     batch_sizes: dict[str, int],
     template_models: dict[str, str],
     shared: bool = False,
+    composing: dict[str, str] | None = None,
 ) -> StepResult:
     window = got.window
     merged = window.merged()
@@ -66,6 +67,8 @@ def build_step_result(
                                   "loaded again)")
                 continue
             server[m] = diff_counters(before.counters[m], after.counters[m])
+            if composing and m in composing:
+                server[m]["composing_of"] = composing[m]
         metrics = diff_metrics(before.metrics, after.metrics, tuple(after.counters))
     else:
         why = "the server's statistics could not be read " + (

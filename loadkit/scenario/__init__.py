@@ -16,6 +16,7 @@ model metadata that the control stage fetched.
 from loadkit.scenario.against_server import (
     ModelInfo,
     check_against_models,
+    composing_models,
     unbatched_models,
     with_model_facts,
 )
@@ -48,7 +49,6 @@ __all__ = [
     "ARRIVALS", "DATA_KINDS", "DTYPES", "LATENCY_METRICS", "MAX_CONCURRENCY", "MAX_RATE",
     "THRESHOLD_METRICS", "TRANSPORTS", "ConcurrencyLoad", "InputSpec", "ModelInfo", "PhaseSpec",
     "RateLoad", "RequestTemplate", "Requirements", "Scenario", "SequenceSpec", "TLSSpec",
-    "TargetSpec",
-    "Threshold", "Thresholds", "check_against_models", "load_scenario", "parse_ramp",
-    "parse_rate_ramp", "unbatched_models", "with_model_facts",
+    "TargetSpec", "Threshold", "Thresholds", "check_against_models", "composing_models",
+    "load_scenario", "parse_ramp", "parse_rate_ramp", "unbatched_models", "with_model_facts",
 ]

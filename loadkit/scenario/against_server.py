@@ -20,6 +20,7 @@ class ModelInfo:
     outputs: dict[str, tuple[str, tuple[int, ...]]]
     decoupled: bool = False  # model_transaction_policy.decoupled: several responses a request
     sequence: bool = False  # sequence_batching: requests need correlation ids
+    composing: tuple[str, ...] = ()  # an ensemble's steps, in order
 
 
 def unbatched_models(models: dict[str, ModelInfo | str]) -> list[str]:
@@ -27,10 +28,20 @@ def unbatched_models(models: dict[str, ModelInfo | str]) -> list[str]:
                   i.max_batch_size == 0)
 
 
-def with_model_facts(scenario: Scenario, unbatched: list[str]) -> Scenario:
-    """The scenario with what only the server knows: which templates' models do not batch."""
+def composing_models(models: dict[str, ModelInfo | str]) -> dict[str, tuple[str, ...]]:
+    """Each ensemble's composing models, as its config lists them."""
+    return {m: i.composing for m, i in models.items() if isinstance(i, ModelInfo) and i.composing}
+
+
+def with_model_facts(scenario: Scenario, unbatched: list[str],
+                     composing: dict[str, tuple[str, ...]] | None = None) -> Scenario:
+    """The scenario with what only the server knows: which templates' models do not batch, and
+    which models an ensemble runs (a template's own `composing_models` come first: BLS calls
+    are not in any config)."""
+    composing = composing or {}
     requests = {
-        n: dataclasses.replace(t, batched=t.model not in unbatched)
+        n: dataclasses.replace(t, batched=t.model not in unbatched,
+                               composing=t.composing or composing.get(t.model, ()))
         for n, t in scenario.requests.items()
     }
     return dataclasses.replace(scenario, requests=requests)

@@ -107,6 +107,37 @@ def _raw_entries(path: Path, inputs: list[InputSpec]) -> list[Any]:
     return flat
 
 
+def read_expected(path: Path, count: int) -> list[dict[str, Any]]:
+    """perf_analyzer's `validation_data`: one {output name: values} per data entry."""
+    if path.suffix.lower() != ".json":
+        raise DatasetError(f"{path.name}: expected outputs come from a JSON data set's "
+                           "'validation_data' (perf_analyzer's form)")
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    raw = doc.get("validation_data") if isinstance(doc, dict) else None
+    if not isinstance(raw, list):
+        raise DatasetError(f"{path.name} has no 'validation_data' list to validate against")
+    flat: list[Any] = []
+    for item in raw:
+        flat.extend(item if isinstance(item, list) else [item])
+    if len(flat) != count:
+        raise DatasetError(f"{path.name}: {len(flat)} validation_data entries for {count} data "
+                           "entries; expected one each")
+    out = []
+    for i, e in enumerate(flat):
+        if not isinstance(e, dict) or not e:
+            raise DatasetError(f"validation_data[{i}]: expected an object of output name -> "
+                               "values")
+        entry = {}
+        for name, value in e.items():
+            if isinstance(value, dict):
+                value = value.get("content", [])
+            arr = np.array(value, dtype=object).ravel()
+            entry[str(name)] = arr if any(isinstance(x, str) for x in arr) else \
+                np.array(value, dtype=np.float64).ravel()
+        out.append(entry)
+    return out
+
+
 def _columns(name: str, arrays: dict[str, np.ndarray], names: list[str]) -> list[Any]:
     missing = [n for n in names if n not in arrays]
     if missing:

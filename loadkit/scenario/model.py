@@ -58,6 +58,8 @@ class DatasetSpec:
     max_bytes: int = DATASET_MAX_BYTES
     # one dict per entry: input name -> array (BYTES: an object array of bytes)
     entries: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
+    # with validate: true, one dict per entry: output name -> the flat values expected
+    expected: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,10 @@ class RequestTemplate:
     # KServe request parameters (priority, timeout, custom keys), sent with every request
     parameters: tuple[tuple[str, bool | int | float | str], ...] = ()
     sequence: SequenceSpec | None = None
+    # models this one runs on the server (an ensemble's steps, from its config; BLS calls from
+    # the template's `composing_models`): their statistics go beside it in the report
+    composing: tuple[str, ...] = ()
+    validate: bool = False  # compare every response with the data set's validation_data
 
 
 @dataclass(frozen=True)
@@ -231,6 +237,8 @@ class Scenario:
         seen: dict[str, None] = {}
         for t in self.requests.values():
             seen.setdefault(t.model, None)
+            for m in t.composing:  # BLS: the models it calls must be loaded too
+                seen.setdefault(m, None)
         for phase in self.phases:
             for model in phase.config:
                 seen.setdefault(model, None)

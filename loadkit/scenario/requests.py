@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
@@ -9,7 +10,7 @@ import numpy as np
 
 from loadkit.errors import suggest
 from loadkit.scenario.checks import Checker, found
-from loadkit.scenario.datasets import DatasetError, read_dataset, size_text
+from loadkit.scenario.datasets import DatasetError, read_dataset, read_expected, size_text
 from loadkit.scenario.model import (
     DATA_KINDS,
     DATASET_MAX_BYTES,
@@ -180,7 +181,8 @@ def _check_npy(ck: Checker, spec: InputSpec, path: KeyPath) -> None:
 def _template(ck: Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplate | None:
     m = ck.mapping(
         raw, path, ("model", "version", "batch_size", "inputs", "outputs", "dataset", "pool",
-                    "order", "parameters", "sequence"), ("model", "inputs")
+                    "order", "parameters", "sequence", "composing_models", "validate"),
+        ("model", "inputs")
     )
     if m is None:
         return None
@@ -198,6 +200,17 @@ def _template(ck: Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplat
         ck.add((*path, "outputs"), f"expected a list of output names; found {found(outputs)}")
         outputs = []
     dataset = _dataset(ck, m, path, inputs)
+    validate = ck.boolean(m, "validate", path, False)
+    if validate and dataset is None and "dataset" not in m:
+        ck.add((*path, "validate"), "validate: true compares responses with a data set's "
+                                    "validation_data; expected a 'dataset'")
+    elif validate and dataset is not None:
+        try:
+            expected = read_expected(dataset.file, len(dataset.entries))
+        except DatasetError as exc:
+            ck.add((*path, "validate"), str(exc))
+        else:
+            dataset = dataclasses.replace(dataset, expected=tuple(expected))
     pool = 1
     if "pool" in m:
         if dataset is not None:
@@ -208,11 +221,19 @@ def _template(ck: Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplat
     order = ck.choice(m, "order", path, ORDERS, "sequential")
     parameters = _parameters(ck, m.get("parameters"), (*path, "parameters"))
     sequence = _sequence(ck, m["sequence"], (*path, "sequence")) if "sequence" in m else None
+    composing: tuple[str, ...] = ()
+    if "composing_models" in m:
+        c = m["composing_models"]
+        if not isinstance(c, list) or not c or not all(isinstance(x, str) and x for x in c):
+            ck.add((*path, "composing_models"), f"expected a list of model names (the models "
+                                                f"a BLS model calls); found {found(c)}")
+        else:
+            composing = tuple(c)
     if model is None or batch is None or not inputs:
         return None
     template = RequestTemplate(name, model, batch, inputs, tuple(outputs), version,
                                dataset=dataset, pool=pool, order=order, parameters=parameters,
-                               sequence=sequence)
+                               sequence=sequence, composing=composing, validate=validate)
     if dataset is not None and batch and batch > 1:
         _check_batches(ck, (*path, "dataset"), dataset, batch)
     limit = dataset.max_bytes if dataset is not None else DATASET_MAX_BYTES

@@ -149,6 +149,20 @@ def _from_dataset(template: RequestTemplate) -> Iterator[bytes]:
         yield _serialize(template, tensors)
 
 
+def expected_pool(template: RequestTemplate) -> list[dict[str, np.ndarray]] | None:
+    """With validate: true, what each request of the pool must get back (a batch's entries
+    concatenated, as its outputs are)."""
+    if not template.validate or template.dataset is None or not template.dataset.expected:
+        return None
+    expected = template.dataset.expected
+    b = template.batch_size if template.batched else 1
+    out = []
+    for g in range(max(1, len(expected) // b)):
+        rows = [expected[(g * b + j) % len(expected)] for j in range(b)]
+        out.append({name: np.concatenate([r[name] for r in rows]) for name in rows[0]})
+    return out
+
+
 def prepare_pool(template: RequestTemplate) -> list[bytes]:
     """Every request the template sends, serialized once."""
     if template.dataset is not None:

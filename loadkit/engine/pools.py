@@ -1,0 +1,59 @@
+"""A process's prepared requests: per template a pool of framed request bytes, and how the
+engine draws from it (in turn, continuing across steps, or at random), which entry it sent
+(for the step's count of distinct requests and for output validation)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Sequence
+from typing import Any
+
+from loadkit.record import StepWindow
+from loadkit.transport.call import InferError, frame
+from loadkit.transport.validate import mismatch
+
+
+class Pools:
+    def __init__(self, pools: Sequence[Sequence[bytes]], names: Sequence[str]):
+        self.pools = [[frame(p) for p in pool] for pool in pools]
+        self.first = [pool[0] for pool in self.pools]
+        self.names = list(names)
+        self.random_order = [False] * len(self.pools)  # order: random
+        self.cursors = [0] * len(self.pools)
+        self.last_drawn = (0, 0)  # (template, entry) of the request draw() gave last
+        # validate: true: per template, per entry, the outputs expected (None: no check)
+        self.expected: list[list[dict[str, Any]] | None] = [None] * len(self.pools)
+        self.validating = False
+
+    def expect(self, expected: list[list[dict[str, Any]] | None]) -> None:
+        self.expected = expected
+        self.validating = any(e is not None for e in expected)
+
+    @property
+    def pooled(self) -> bool:
+        return self.validating or any(len(pool) > 1 for pool in self.pools)
+
+    def draw(self, i: int, rng: random.Random, window: StepWindow | None) -> bytes:
+        """(Engine thread.) Template i's next request; the window notes which one."""
+        pool = self.pools[i]
+        n = len(pool)
+        if n == 1:
+            self.last_drawn = (i, 0)
+            return pool[0]
+        if self.random_order[i]:
+            j = rng.randrange(n)
+        else:
+            j = self.cursors[i]
+            self.cursors[i] = j + 1 if j + 1 < n else 0
+        if window is not None:
+            window.use(self.names[i], j)
+        self.last_drawn = (i, j)
+        return pool[j]
+
+    def validate(self, message: bytes, unary: bool, check: tuple[int, int]) -> InferError | None:
+        """MISMATCH when the response differs from what entry `check` expects."""
+        expected = self.expected[check[0]]
+        if expected is None:
+            return None
+        why = mismatch(message, unary, expected[check[1]])
+        return None if why is None else InferError("MISMATCH", why)
