@@ -49,7 +49,7 @@ target: {{transport: {transport}, shared: {shared}}}
 requests:
   dense_b1:
     model: dense{dataset}
-    inputs: {{INPUT0: {{dtype: FP32, shape: [256], data: {data}, seed: 1}}}}
+    inputs: {{INPUT0: {{dtype: FP32, shape: [256], {data}}}}}
 phases:
   - name: bench
     load: {{{load}, step_duration: {seconds}s, warmup: 2s}}
@@ -85,7 +85,8 @@ def run_loadkit(
     text = SCENARIO.format(load=loadkit_load(level), seconds=seconds, transport=transport,
                            shared=str(not alone).lower(),
                            dataset=f"\n    dataset: {{file: {dataset}, max_size: 1GB}}"
-                           if dataset else "", data="dataset" if dataset else "random")
+                           if dataset else "",
+                           data="data: dataset" if dataset else "data: random, seed: 1")
     scen.write_text(text)
     out = work / f"lk-{time.monotonic_ns()}"
     proc = subprocess.run(
@@ -340,7 +341,7 @@ def dataset_rows(address: str, args: argparse.Namespace, work: Path,
     path.write_text(json.dumps(data))
     scen = work / "startup.yaml"
     scen.write_text(SCENARIO.format(load="concurrency: 1", seconds=1, transport="stream",
-                                    shared="false", data="dataset",
+                                    shared="false", data="data: dataset",
                                     dataset=f"\n    dataset: {{file: {path}, max_size: 1GB}}"))
     t0 = time.perf_counter()
     pool = prepare_pool(load_scenario(scen).requests["dense_b1"])
