@@ -167,14 +167,22 @@ class ServerControl:
         return True
 
     def wait_live(self, timeout_s: float = 10.0) -> None:
+        """Wait for the server to say it is live; a connection refused (still starting) is
+        retried until timeout_s, a failure that looks like a TLS mismatch three times running
+        is not (it will not change, and the user should hear why at once)."""
         deadline = time.monotonic() + timeout_s
         last = ""
+        tls_like = 0
         while time.monotonic() < deadline:
             try:
                 if self._call("ServerLive", service_pb2.ServerLiveRequest(), 2).live:
                     return
             except ControlError as exc:
                 last = str(exc)
+                hint = tls_hint(last, self.tls is not None, bool(self.tls and self.tls.client_cert))
+                tls_like = tls_like + 1 if hint else 0
+                if tls_like >= 3:
+                    break
             time.sleep(0.2)
         raise TargetError(
             f"Triton at {self.address} is not reachable over gRPC ({last or 'not live'})"
