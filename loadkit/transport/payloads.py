@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Iterator
-from typing import Any
 
 import numpy as np
 from tritonclient.grpc import service_pb2
@@ -168,23 +167,3 @@ def prepare_pool(template: RequestTemplate) -> list[bytes]:
     if template.dataset is not None:
         return list(_from_dataset(template))
     return list(_generated(template))
-
-
-def prepare(template: RequestTemplate) -> bytes:
-    """The template's first request (a template without a pool sends only this)."""
-    return prepare_pool(template)[0] if template.dataset is not None or template.pool > 1 \
-        else next(_generated(template))
-
-
-def pool_shapes(template: RequestTemplate) -> dict[str, Any]:
-    """The shapes a template's pool sends and how many requests carry each, per input: the
-    mix of shapes is part of the plan and of the report."""
-    out: dict[str, Any] = {}
-    for s in template.inputs:
-        if s.shapes:
-            counted: dict[str, int] = {}
-            for shape in mixed_shapes(s, max(1, template.pool)):
-                key = "x".join(map(str, shape))
-                counted[key] = counted.get(key, 0) + 1
-            out[s.name] = counted
-    return out
