@@ -91,6 +91,7 @@ class Plan:
     phases: tuple[PhasePlan, ...]
     think_time_s: float
     requests: tuple[str, ...] = ()  # what each template with several requests sends
+    sequences: bool = False  # open-loop arrivals start sequences (loads/open_sequence.py)
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -116,11 +117,13 @@ class Plan:
                 levels = "concurrency " + ", ".join(str(s.concurrency) for s in p.steps)
             else:
                 a = first.arrivals
-                cap = f", at most {a.max_concurrency} in flight" if a.max_concurrency else ""
+                what = "sequences open" if self.sequences else "in flight"
+                cap = f", at most {a.max_concurrency} {what}" if a.max_concurrency else ""
                 levels = (
                     f"{a.arrival} arrivals at "
                     + ", ".join(f"{s.arrivals.rate:g}" for s in p.steps if s.arrivals)
-                    + f" requests/s{cap}"
+                    + (" sequences/s started" if self.sequences else " requests/s")
+                    + cap
                 )
             cfg = f"; config overlay for {', '.join(p.config)}" if p.config else ""
             if p.requires.gpu or p.requires.files:
@@ -163,7 +166,8 @@ def build_plan(scenario: Scenario) -> Plan:
                                 ph.mix or scenario.mix))
     return Plan(scenario.name, tuple(phases), scenario.think_time_s,
                 tuple(_describe_template(t) for t in scenario.requests.values()
-                      if t.dataset is not None or t.pool > 1))
+                      if t.dataset is not None or t.pool > 1),
+                any(t.sequence is not None for t in scenario.requests.values()))
 
 
 def _describe_template(t: RequestTemplate) -> str:

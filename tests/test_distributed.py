@@ -146,3 +146,53 @@ def test_plain_locust_master_and_workers(triton, tmp_path) -> None:
     for step in (s for p in data["phases"] for s in p["steps"]):
         assert step["status"] == "ok" and step["workers"]["count"] == 2
         assert_accounted(step)
+
+
+SEQUENCES = """
+name: dist-seq
+requests:
+  acc:
+    model: accumulate
+    sequence: {length: 6, ids: [1, 40]}
+    inputs: {INPUT0: {dtype: INT32, shape: [1], data: ones}}
+phases:
+  - name: closed
+    load: {concurrency: 4, step_duration: 2s, warmup: 0s}
+  - name: open
+    load: {rate: 30, step_duration: 2s, warmup: 0.3s, max_concurrency: 20}
+"""
+
+
+def test_two_workers_run_sequences_on_their_own_correlation_ids(triton, tmp_path) -> None:
+    """Each worker opens sequences only on its own run of ids (20 each: the open phase's
+    cap), closed and open loop; every request and sequence is accounted for."""
+    scen = write(tmp_path / "s.yaml", SEQUENCES)
+    out = tmp_path / "r"
+    proc = _start(scen, out, triton.grpc_address, 2)
+    _, stderr = proc.communicate(timeout=180)
+    assert proc.returncode == 0, stderr
+    steps = [s for p in results(out)["phases"] for s in p["steps"]]
+    assert len(steps) == 2
+    for step in steps:
+        assert step["status"] == "ok" and not step["errors"], step["error_messages"]
+        assert step["workers"]["count"] == 2
+        c = step["client"]["acc"]
+        assert step["accounting"]["status"] == "ok"
+        assert step["server"]["accumulate"]["success"] == c["requests"] > 0
+        assert c["requests"] / 8 <= c["sequences"] <= c["requests"] / 5, c
+
+
+def test_a_worker_beyond_the_id_range_is_refused(triton, tmp_path) -> None:
+    """Three workers need 60 ids of [1, 40]: the third to join is refused and says why (in
+    results.json and summary.md); the two that fit run the load."""
+    scen = write(tmp_path / "s.yaml", SEQUENCES)
+    out = tmp_path / "r"
+    proc = _start(scen, out, triton.grpc_address, 3)
+    _, stderr = proc.communicate(timeout=180)
+    why = "has room for 2 workers of 20 sequences each; this is worker 3"
+    data = results(out)
+    refused = [e for e in data["events"] if e["event"] == "worker_refused"]
+    assert len(refused) == 1 and why in refused[0]["detail"], data["events"]
+    assert why in (out / "summary.md").read_text()
+    for step in (s for p in data["phases"] for s in p["steps"]):
+        assert step["workers"]["count"] == 2 and step["accounting"]["status"] == "ok"

@@ -178,16 +178,44 @@ def test_sequence_flags_ride_on_the_prepared_request() -> None:
         "sequence_id"].string_param == "12"
 
 
+@pytest.mark.fast
+def test_workers_get_disjoint_runs_of_correlation_ids(tmp_path: Path) -> None:
+    from loadkit.loads.sequence import most_open, slice_ids
+
+    scen = load_scenario(write(tmp_path / "s.yaml", """
+requests:
+  a: {model: accumulate, sequence: {length: 4, ids: [101, 160]},
+      inputs: {INPUT0: {dtype: INT32, shape: [1]}}}
+phases:
+  - {name: c, load: {concurrency: [2, 8], step_duration: 1s}}
+  - {name: o, load: {rate: 5, step_duration: 1s, max_concurrency: 20}}
+"""))
+    assert most_open(scen) == 20
+    slices = [slice_ids(scen, k, 20) for k in range(3)]
+    assert [s.requests["a"].sequence.ids for s in slices] == [(101, 120), (121, 140), (141, 160)]
+    assert "has room for 3 workers" in slice_ids(scen, 3, 20)
+
+
 def test_sequences_on_a_stateful_model(triton, tmp_path: Path) -> None:
     """Sequences of ~10 (+-20%) on accumulate: no request refused (a missing START would be),
     every request accounted for, and the sequences counted with their latencies."""
+    scen = (ROOT / "scenarios" / "stateful.yaml").read_text()
     out = _run_shipped("stateful", triton, tmp_path, (
         "step_duration: 5s, warmup: 1s", "step_duration: 2s, warmup: 0.3s"))
-    for step in _steps(out):
+    steps = _steps(out)
+    assert len(steps) == 4 and scen.count("step_duration: 5s, warmup: 1s") == 2
+    for step in steps:
         _assert_exact(step, "accumulate")
         c = step["client"]["accumulate"]
         assert c["requests"] / 13 <= c["sequences"] <= c["requests"] / 7, c
         assert c["sequence_latency_us"]["p50"] > c["latency_us"]["p50"] * 5
+    for step, rate in zip(steps[2:], (20, 50), strict=True):
+        # open loop: sequences start at the rate; their later requests count as scheduled
+        # when sent, so scheduled == sent + dropped still holds
+        ol = step["open_loop"]
+        assert ol["scheduled"] == ol["sent"] + ol["dropped"] and ol["dropped"] == 0, ol
+        sequences = step["client"]["accumulate"]["sequences"]
+        assert rate * 2 * 0.7 <= sequences <= rate * 2 * 1.3, (rate, sequences)
 
 
 def test_an_ensemble_reports_each_composing_model_beside_it(triton, tmp_path: Path) -> None:

@@ -275,6 +275,9 @@ class Engine:
             pass
         finally:
             self._lanes.discard(lane)
+            release = getattr(lane.state, "release", None)
+            if release is not None:
+                release()
             lane.slot.done = None  # a request cut off here is not counted (the user stopped)
             self._abandon(lane.slot, "CANCELLED", "the user stopped")
 

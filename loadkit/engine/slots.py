@@ -61,4 +61,6 @@ class Lane:
     task: asyncio.Task[None] | None = None
     slot: Slot = field(default_factory=Slot)
     scheduling: bool = False
-    state: Any = None  # what a load model keeps per lane across gate openings (loads/)
+    # what a load model keeps per lane across gate openings (loads/); its release(), if any,
+    # runs when the lane ends (open sequences give their correlation ids back)
+    state: Any = None

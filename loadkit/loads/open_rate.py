@@ -12,17 +12,24 @@ import time
 
 from loadkit.engine.core import Engine, LaneRunner
 from loadkit.engine.slots import Lane, Result, Slot
+from loadkit.loads.open_sequence import open_sequences
+from loadkit.loads.sequence import Ids
 from loadkit.plan import Arrivals
 from loadkit.record import StepWindow
+from loadkit.scenario import SequenceSpec
 from loadkit.transport.timer import PreciseTimer
 
 
-def schedule(arrivals: Arrivals) -> LaneRunner:
-    """The lane runner for one step's arrivals."""
-    return functools.partial(run_schedule, arrivals=arrivals)
+def schedule(arrivals: Arrivals, specs: list[SequenceSpec | None] | None = None,
+             ids: list[Ids | None] | None = None) -> LaneRunner:
+    """The lane runner for one step's arrivals (each starting a sequence where the mix has
+    sequence templates: loads/open_sequence.py)."""
+    return functools.partial(run_schedule, arrivals=arrivals, specs=specs, ids=ids)
 
 
-async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals) -> None:
+async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals,
+                       specs: list[SequenceSpec | None] | None = None,
+                       ids: list[Ids | None] | None = None) -> None:
     """Send on a schedule fixed in advance until the gate closes or reopens.
 
     The schedule restarts at every gate opening (warm-up, then the measured window) and is
@@ -42,6 +49,9 @@ async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals) -> None:
     draw = engine.draw if engine.pooled else None
     idle, wire = engine.idle_slots, engine.wire
     assert wire is not None
+    seqs = open_sequences(engine, lane, specs, ids)
+    if seqs is not None:
+        seqs.resume(arrivals.max_concurrency)
     in_flight = 0
     next_ns = float(time.perf_counter_ns())
     over: asyncio.Future[None] = loop.create_future()
@@ -64,6 +74,11 @@ async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals) -> None:
             next_ns += rng.expovariate(1.0) * mean_ns if poisson else mean_ns
             if window is not None:
                 window.scheduled += 1
+            if seqs is not None:
+                late = now - scheduled_ns > tolerance_ns
+                if not seqs.arrive(i, scheduled_ns, window, late) and window is not None:
+                    window.dropped[names[i]] += 1
+                continue
             if in_flight >= cap:
                 if window is not None:
                     window.dropped[names[i]] += 1

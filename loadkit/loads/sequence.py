@@ -11,6 +11,7 @@ The flags and the id are KServe request parameters (`sequence_id`, `sequence_sta
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import random
 import time
@@ -18,10 +19,10 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import service_pb2
 
-from loadkit.engine.core import Engine
+from loadkit.engine.core import Engine, LaneRunner
 from loadkit.engine.slots import Lane, Result
 from loadkit.record import StepWindow
-from loadkit.scenario import SequenceSpec
+from loadkit.scenario import ConcurrencyLoad, Scenario, SequenceSpec
 from loadkit.transport.call import frame
 
 
@@ -56,7 +57,13 @@ class Ids:
         self.next = self.first
         self.open: set[int] = set()
 
+    @property
+    def full(self) -> bool:
+        return len(self.open) > self.last - self.first
+
     def take(self) -> int:
+        if self.full:  # the scenario check sizes the range; a leak must not spin forever
+            raise RuntimeError(f"all correlation ids {self.first}..{self.last} are open")
         while self.next in self.open:
             self.next = self.first if self.next >= self.last else self.next + 1
         corr = self.next
@@ -77,6 +84,15 @@ class _State:
     first: bool = False
     started_ns: int = 0
     epoch: int = 0
+    tracker: Ids | None = None
+
+    def close(self) -> None:
+        """End the open sequence here: its id goes back to the pool."""
+        if self.ids and self.tracker is not None:
+            self.tracker.give_back(self.corr)
+        self.left = 0
+
+    release = close  # the engine calls it when the lane ends
 
 
 async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | None],
@@ -89,16 +105,14 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
     names, pick, rng = engine.names, engine.pick, lane.rng
     think, recorder = engine.think_time_s, engine.recorder
     slot = lane.slot
-    state = lane.state if isinstance(lane.state, _State) else _State()
-    lane.state = state
+    if not isinstance(lane.state, _State):
+        release = getattr(lane.state, "release", None)
+        if release is not None:
+            release()  # open-loop sequences the last phase left open
+        lane.state = _State()
+    state = lane.state
     over: asyncio.Future[None] = loop.create_future()
     pause: asyncio.TimerHandle | None = None
-
-    def close() -> None:
-        tracker = ids[state.template]
-        if state.ids and tracker is not None:
-            tracker.give_back(state.corr)
-        state.left = 0
 
     def send_next() -> None:
         if lane.stopping or not gate.is_set():
@@ -106,7 +120,7 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
                 over.set_result(None)
             return
         if state.left and state.epoch != engine.epoch:
-            close()  # a new phase: the server may not know this sequence any more
+            state.close()  # a new phase: the server may not know this sequence any more
         if not state.left:
             i = pick(rng)
             spec, tracker = specs[i], ids[i]
@@ -117,6 +131,7 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
             else:
                 state.left = length(spec, rng)
                 state.corr = tracker.take()
+                state.tracker = tracker
                 state.ids = id_bytes(spec, state.corr)
         i = state.template
         window = recorder.window
@@ -134,9 +149,9 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
         engine.count(names[i], window, result.latency_us, None, result)
         state.left -= 1
         if result.error is not None and state.ids:
-            close()  # the server may have dropped it: the next request starts a new one
+            state.close()  # the server may have dropped it: the next request starts a new one
         elif state.left == 0 and state.ids:
-            close()
+            state.close()
             if window is not None:
                 window.sequence_done(names[i], (result.end_ns - state.started_ns) // 1000)
         if think > 0:
@@ -154,7 +169,45 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
             pause.cancel()
 
 
-def sequences(specs: list[SequenceSpec | None]):  # type: ignore[no-untyped-def]
-    """The lane runner for a mix with sequence templates (ids shared by the process's lanes)."""
-    ids = [Ids(s) if s is not None else None for s in specs]
+def new_ids(specs: list[SequenceSpec | None]) -> list[Ids | None]:
+    """One id pool per sequence template, shared by the process's lanes and load models."""
+    return [Ids(s) if s is not None else None for s in specs]
+
+
+def sequences(specs: list[SequenceSpec | None],
+              ids: list[Ids | None]) -> LaneRunner:
+    """The closed-loop lane runner for a mix with sequence templates."""
     return functools.partial(run_sequences, specs=specs, ids=ids)
+
+
+def most_open(scenario: Scenario) -> int:
+    """The most sequences one process may hold open: the most users of a closed-loop phase,
+    or an open-loop phase's `max_concurrency` (0 where an open-loop phase has no cap)."""
+    most = 1
+    for ph in scenario.phases:
+        if isinstance(ph.load, ConcurrencyLoad):
+            most = max(most, max(ph.load.levels))
+        elif not ph.load.max_concurrency:
+            return 0
+        else:
+            most = max(most, ph.load.max_concurrency)
+    return most
+
+
+def slice_ids(scenario: Scenario, index: int, size: int) -> Scenario | str:
+    """Worker `index`'s own correlation ids: the index-th run of `size` ids in each sequence
+    template's range, so two workers never open the same sequence; a str says why the range
+    has no room for this worker."""
+    requests = dict(scenario.requests)
+    for name, t in scenario.requests.items():
+        if t.sequence is None:
+            continue
+        first, last = t.sequence.ids
+        lo = first + index * size
+        if lo + size - 1 > last:
+            return (f"requests.{name}.sequence.ids [{first}, {last}] has room for "
+                    f"{(last - first + 1) // size} workers of {size} sequences each; this is "
+                    f"worker {index + 1}: widen the range or run fewer workers")
+        requests[name] = dataclasses.replace(
+            t, sequence=dataclasses.replace(t.sequence, ids=(lo, lo + size - 1)))
+    return dataclasses.replace(scenario, requests=requests)

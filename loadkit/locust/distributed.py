@@ -32,6 +32,7 @@ from loadkit.events import (
     WorkerRefused,
     WorkerReportTimeout,
 )
+from loadkit.loads.sequence import most_open, slice_ids
 from loadkit.locust.local_drive import LocalDrive
 from loadkit.plan import Arrivals, Plan, Step, build_plan
 from loadkit.record import StepWindow
@@ -104,10 +105,16 @@ class MasterDrive:
     def __init__(self, scenario: Scenario, address: str, events: EventLog):
         self.scenario = scenario
         self.plan = build_plan(scenario)
+        # each worker gets its own run of correlation ids, as many as it may hold open
+        self.id_slice = 0
         if any(t.sequence is not None for t in scenario.requests.values()):
-            raise LoadkitError("templates with a 'sequence' do not run distributed yet (each "
-                               "worker would need its own correlation ids); run without "
-                               "--workers / --master")
+            self.id_slice = most_open(scenario)
+            if not self.id_slice:
+                raise LoadkitError(
+                    "templates with a 'sequence' in an open-loop phase without max_concurrency "
+                    "cannot run distributed: each worker needs its own correlation ids, as many "
+                    "as it may hold open; expected max_concurrency on every rate phase")
+        self._slots: dict[str, int] = {}  # worker -> its id slice, in order of arrival
         self.fingerprint = fingerprint(scenario, self.plan)
         self.unbatched = sorted({t.model for t in scenario.requests.values() if not t.batched})
         self.address = address
@@ -151,7 +158,9 @@ class MasterDrive:
         self.runner.send_message(
             SETUP,
             {"address": self.address, "fingerprint": self.fingerprint,
-             "unbatched": self.unbatched},
+             "unbatched": self.unbatched,
+             "id_slice": [self._slots.setdefault(msg.node_id, len(self._slots)),
+                          self.id_slice]},
             client_id=msg.node_id,
         )
         self.events.add(WorkerJoined(msg.node_id))
@@ -313,6 +322,15 @@ class WorkerAgent:
             environment.runner.send_message(REFUSED, {"reason": reason})
             environment.runner.quit()
             return
+        index, size = msg.data.get("id_slice") or (0, 0)
+        if size:
+            sliced = slice_ids(self.scenario, index, size)
+            if isinstance(sliced, str):
+                log.error(sliced)
+                environment.runner.send_message(REFUSED, {"reason": sliced})
+                environment.runner.quit()
+                return
+            self.scenario = sliced
         if self.drive is None or msg.data["address"] != self.address:
             self.address = msg.data["address"]
             self.drive = self._new_drive()

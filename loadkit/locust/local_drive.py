@@ -23,7 +23,7 @@ from loadkit.engine.core import Engine
 from loadkit.engine.slots import Lane
 from loadkit.loads.closed import run_closed
 from loadkit.loads.open_rate import schedule
-from loadkit.loads.sequence import sequences
+from loadkit.loads.sequence import new_ids, sequences
 from loadkit.plan import Arrivals, Plan, Step
 from loadkit.record import Recorder, StepWindow
 from loadkit.run.drive import Collected
@@ -90,7 +90,9 @@ class LocalDrive:
                                              for n in names]
         self.engine.requests.expect([expected_pool(scenario.requests[n]) for n in names])
         specs = [scenario.requests[n].sequence for n in names]
-        self._closed = sequences(specs) if any(specs) else run_closed
+        self._specs = specs if any(specs) else None
+        self._ids = new_ids(specs) if any(specs) else None
+        self._closed = sequences(specs, self._ids) if self._ids else run_closed
         self._phase = -1
 
     def user_rng(self) -> random.Random:
@@ -141,7 +143,7 @@ class LocalDrive:
         if step.phase_index != self._phase:
             self._phase = step.phase_index
             self.engine.epoch += 1
-        self.engine.set_runner(self._closed if a is None else schedule(a))
+        self.engine.set_runner(self._closed if a is None else schedule(a, self._specs, self._ids))
         if record:
             self._usage0 = process_usage()
             self.recorder.open(step)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from loadkit.errors import ScenarioError
 from loadkit.scenario.checks import Checker, found
-from loadkit.scenario.model import ConcurrencyLoad, PhaseSpec, RateLoad, RequestTemplate, Scenario
+from loadkit.scenario.model import ConcurrencyLoad, PhaseSpec, RequestTemplate, Scenario
 from loadkit.scenario.phases import _phases, _thresholds
 from loadkit.scenario.requests import _mix, _target, _template
 from loadkit.scenario.source import load_yaml
@@ -67,17 +67,14 @@ def load_scenario(path: str | Path) -> Scenario:
 
 def _check_sequences(ck: Checker, requests: dict[str, RequestTemplate],
                      phases: tuple[PhaseSpec, ...]) -> None:
-    """Sequences run in closed loops, one in flight per user: the correlation ids must cover
-    the most users any phase runs (every open sequence needs its own id)."""
+    """Every open sequence needs its own correlation id: the ids must cover the most users a
+    closed-loop phase runs and an open-loop phase's `max_concurrency` (without one, the id
+    range is the cap on open sequences and arrivals beyond it are dropped, counted)."""
     seq = {n: t.sequence for n, t in requests.items() if t.sequence is not None}
     if not seq:
         return
-    for i, ph in enumerate(phases):
-        if isinstance(ph.load, RateLoad):
-            ck.add(("phases", i, "load"), "templates with a 'sequence' run in closed loops "
-                   "(concurrency = sequences in flight); expected concurrency, found rate")
-    most = max((max(ph.load.levels) for ph in phases if isinstance(ph.load, ConcurrencyLoad)),
-               default=1)
+    most = max((max(ph.load.levels) if isinstance(ph.load, ConcurrencyLoad)
+                else ph.load.max_concurrency for ph in phases), default=1)
     for name, s in seq.items():
         size = s.ids[1] - s.ids[0] + 1
         if size < most:

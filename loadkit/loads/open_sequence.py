@@ -1,0 +1,162 @@
+"""Open loop over stateful models: each scheduled arrival starts a sequence, and the
+sequence's later requests go one at a time, each as soon as the one before it is answered (a
+sequence never has two requests in flight). The number of open sequences is capped by
+`max_concurrency` and by the correlation ids: an arrival that finds no room is dropped, as
+any open-loop send that finds the cap is.
+
+Accounting keeps `scheduled == sent + dropped`: an arrival is scheduled at its place in the
+schedule, a later request of a sequence at the moment it is sent (so its latency is from its
+send; the first request's is from its scheduled time, as every open-loop request's is).
+
+A sequence still open when the gate closes (warm-up -> measured window, or the next step of
+the same phase) goes on at the next opening instead of being left for the server to time out;
+a new phase (`engine.epoch`) ends it, since the model may have been reloaded.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+
+from loadkit.engine.core import Engine
+from loadkit.engine.slots import Lane, Result, Slot
+from loadkit.loads.sequence import END, START, Ids, id_bytes, length
+from loadkit.record import StepWindow
+from loadkit.scenario import SequenceSpec
+from loadkit.transport.call import frame
+
+
+@dataclass(eq=False)
+class _Open:
+    template: int
+    left: int  # requests still to send
+    corr: int
+    ids: bytes
+    started_ns: int
+    epoch: int
+    slot: Slot = field(default_factory=Slot)
+    first: bool = True
+
+
+class OpenSequences:
+    """One lane's open sequences in an open-loop step; kept on `lane.state` between openings."""
+
+    def __init__(self, engine: Engine, lane: Lane, specs: list[SequenceSpec | None],
+                 ids: list[Ids | None]):
+        self.engine = engine
+        self.lane = lane
+        self.specs = specs
+        self.ids = ids
+        self.open: set[_Open] = set()
+        self.paused: list[_Open] = []  # open when the gate closed, not yet sent on
+        self.cap = 1_000_000
+        self.generation = 0
+
+    def resume(self, cap: int) -> None:
+        """At a gate opening: go on with the sequences the last closing left open."""
+        self.cap = cap or 1_000_000
+        self.generation = self.engine.generation
+        paused, self.paused = self.paused, []
+        for seq in paused:
+            if seq.epoch != self.engine.epoch:
+                self._close(seq)
+            else:
+                self._send_next(seq)
+
+    def arrive(self, i: int, scheduled_ns: int, window: StepWindow | None, late: bool) -> bool:
+        """A scheduled arrival of template i: start a sequence (False: no room, dropped)."""
+        spec, tracker = self.specs[i], self.ids[i]
+        if len(self.open) >= self.cap or (tracker is not None and tracker.full):
+            return False
+        if spec is None or tracker is None:  # a plain template in the mix: one request
+            seq = _Open(i, 1, 0, b"", scheduled_ns, self.engine.epoch)
+        else:
+            corr = tracker.take()
+            seq = _Open(i, length(spec, self.lane.rng), corr, id_bytes(spec, corr),
+                        scheduled_ns, self.engine.epoch)
+        self.open.add(seq)
+        if window is not None:
+            window.sent += 1
+            if late:
+                window.late[self.engine.names[i]] += 1
+        self._send(seq, window, scheduled_ns)
+        return True
+
+    def _send(self, seq: _Open, window: StepWindow | None, scheduled_ns: int) -> None:
+        engine = self.engine
+        i = seq.template
+        payload = (engine.draw(i, self.lane.rng, window) if engine.pooled
+                   else engine.payloads[i])
+        if seq.ids:
+            payload = frame(payload[5:] + seq.ids + (START if seq.first else b"") +
+                            (END if seq.left == 1 else b""))
+        seq.first = False
+        engine.send(seq.slot, payload, functools.partial(self._finished, seq, window,
+                                                         scheduled_ns))
+
+    def _send_next(self, seq: _Open) -> None:
+        window = self.engine.recorder.window
+        if window is not None:
+            window.scheduled += 1
+            window.sent += 1
+        self._send(seq, window, time.perf_counter_ns())
+
+    def _finished(self, seq: _Open, window: StepWindow | None, scheduled_ns: int,
+                  result: Result) -> None:
+        engine = self.engine
+        name = engine.names[seq.template]
+        engine.count(name, window, (result.end_ns - scheduled_ns) // 1000, result.latency_us,
+                     result)
+        seq.left -= 1
+        if result.error is not None or seq.left == 0:
+            if result.error is None and seq.ids and window is not None:
+                window.sequence_done(name, (result.end_ns - seq.started_ns) // 1000)
+            self._close(seq)
+            return
+        gate = engine.gate
+        if (gate is not None and gate.is_set() and not self.lane.stopping
+                and self.generation == engine.generation):
+            think = engine.think_time_s
+            if think > 0:
+                assert engine.loop is not None
+                engine.loop.call_later(think, self._send_or_pause, seq)
+            else:
+                self._send_next(seq)
+        else:
+            self.paused.append(seq)
+
+    def _send_or_pause(self, seq: _Open) -> None:
+        gate = self.engine.gate
+        if (gate is not None and gate.is_set() and not self.lane.stopping
+                and self.generation == self.engine.generation):
+            self._send_next(seq)
+        else:
+            self.paused.append(seq)
+
+    def _close(self, seq: _Open) -> None:
+        tracker = self.ids[seq.template]
+        if seq.ids and tracker is not None:
+            tracker.give_back(seq.corr)
+        self.open.discard(seq)
+
+    def release(self) -> None:
+        """Give every id back (the lane ends, or a new phase changed its load model)."""
+        for seq in (*self.open, *self.paused):
+            self._close(seq)
+        self.paused = []
+
+
+def open_sequences(engine: Engine, lane: Lane,
+                   specs: list[SequenceSpec | None] | None,
+                   ids: list[Ids | None] | None) -> OpenSequences | None:
+    """The lane's open sequences (made on first use), or None for a mix without sequences."""
+    if specs is None or ids is None:
+        return None
+    if not isinstance(lane.state, OpenSequences):
+        release = getattr(lane.state, "release", None)
+        if release is not None:
+            release()  # a closed-loop sequence left open by the last phase
+        lane.state = OpenSequences(engine, lane, specs, ids)
+    return lane.state
+
