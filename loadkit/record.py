@@ -102,6 +102,34 @@ class StepWindow:
     # per sequence template: sequences that ended in this window, and each one's latency from
     # its first send to its last response
     sequences: dict[str, HdrHistogram] = field(default_factory=dict)
+    # per decoupled template (engine/streaming.py): time to the first response, the gaps
+    # between consecutive responses, how many responses came, and (with `goodput`) how many
+    # requests met every goodput threshold
+    first_response: dict[str, HdrHistogram] = field(default_factory=dict)
+    inter_response: dict[str, HdrHistogram] = field(default_factory=dict)
+    responses: Counter[str] = field(default_factory=Counter)
+    good: Counter[str] = field(default_factory=Counter)
+
+    def streamed(self, template: str, first_us: int, gaps: list[int], responses: int,
+                 latency_us: int, goodput: tuple[int, int, int] | None) -> None:
+        """A decoupled model's successful request: its responses' timing. Good (goodput):
+        first response, mean gap and latency each within its threshold (µs)."""
+        h = self.first_response.get(template)
+        if h is None:
+            h = self.first_response[template] = new_histogram()
+            self.inter_response[template] = new_histogram()
+        if not record_value(h, first_us if first_us > LOWEST_US else LOWEST_US):
+            self.out_of_range += 1
+        gap_h = self.inter_response[template]
+        for gap in gaps:
+            if not record_value(gap_h, gap if gap > LOWEST_US else LOWEST_US):
+                self.out_of_range += 1
+        self.responses[template] += responses
+        if goodput is not None and responses:
+            first_max, gap_max, latency_max = goodput
+            mean_gap = sum(gaps) / len(gaps) if gaps else 0
+            if first_us <= first_max and mean_gap <= gap_max and latency_us <= latency_max:
+                self.good[template] += 1
 
     def sequence_done(self, template: str, latency_us: int) -> None:
         h = self.sequences.get(template)
@@ -183,13 +211,19 @@ class StepWindow:
             "scheduled": self.scheduled,
             "payloads": {n: sorted(u) for n, u in self.payloads.items()},
             "sequences": {n: encode(h) for n, h in self.sequences.items()},
+            "first_response": {n: encode(h) for n, h in self.first_response.items()},
+            "inter_response": {n: encode(h) for n, h in self.inter_response.items()},
+            "responses": dict(self.responses),
+            "good": dict(self.good),
         }
 
     def add_wire(self, data: dict[str, Any]) -> None:
         """Merge another process's window (from to_wire) into this one, sample for sample."""
         for target, encoded in ((self.histograms, data["histograms"]),
                                 (self.service, data["service"]),
-                                (self.sequences, data.get("sequences", {}))):
+                                (self.sequences, data.get("sequences", {})),
+                                (self.first_response, data.get("first_response", {})),
+                                (self.inter_response, data.get("inter_response", {}))):
             for name, text in encoded.items():
                 h = target.get(name)
                 if h is None:
@@ -198,6 +232,8 @@ class StepWindow:
         for name, codes in data["errors"].items():
             self.errors.setdefault(name, Counter()).update(codes)
         self.dropped.update(data["dropped"])
+        self.responses.update(data.get("responses", {}))
+        self.good.update(data.get("good", {}))
         self.late.update(data["late"])
         self.out_of_range += int(data["out_of_range"])
         self.own_us += int(data.get("own_us", 0))

@@ -26,7 +26,18 @@ def test_parse_slo_reads_terms_and_adds_default_limits() -> None:
 
 
 @pytest.mark.fast
-@pytest.mark.parametrize("text", ["p99>50ms", "p99<50", "error_rate<1%", "p42<1ms", ""])
+def test_parse_slo_reads_streaming_terms() -> None:
+    """A capacity search can be written in TTFT / ITL / goodput, as LLM SLOs are."""
+    slo = {t.metric: t.limit for t in parse_slo(
+        "first_response_p99<200ms, inter_response_p95<20ms, goodput_min>=5/s")}
+    assert slo["first_response_p99"] == 200_000 and slo["inter_response_p95"] == 20_000
+    assert slo["goodput_min"] == 5
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize("text", ["p99>50ms", "p99<50", "error_rate<1%", "p42<1ms", "",
+                                  "goodput_min<5", "first_response_p99>1s",
+                                  "inter_response_p42<1ms"])
 def test_parse_slo_refuses_what_it_cannot_read(text) -> None:
     with pytest.raises(CapacityInputError, match="--slo"):
         parse_slo(text)

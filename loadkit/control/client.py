@@ -211,6 +211,7 @@ class ServerControl:
             sequence="sequence_batching" in cfg,
             composing=tuple(s.get("model_name", "") for s in
                             cfg.get("ensemble_scheduling", {}).get("step", [])),
+            optional=frozenset(i["name"] for i in cfg.get("input", []) if i.get("optional")),
         )
 
     def config(self, name: str) -> dict[str, Any]:

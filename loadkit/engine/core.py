@@ -34,7 +34,8 @@ from tritonclient.grpc import service_pb2
 
 from loadkit.engine.eventloop import new_event_loop
 from loadkit.engine.pools import Pools
-from loadkit.engine.slots import Completion, Done, Lane, Result, Slot
+from loadkit.engine.slots import Completion, Done, Lane, Responses, Result, Slot
+from loadkit.engine.streaming import ERROR_FIELD_TAG
 from loadkit.record import Recorder, StepWindow
 from loadkit.scenario import TargetSpec
 from loadkit.transport.call import InferError, StreamsFull
@@ -46,7 +47,6 @@ log = logging.getLogger("loadkit.engine")
 MODEL_INFER = b"/inference.GRPCInferenceService/ModelInfer"
 MODEL_STREAM_INFER = b"/inference.GRPCInferenceService/ModelStreamInfer"
 WATCHDOG_S = 0.05
-ERROR_FIELD_TAG = b"\x0a"  # ModelStreamInferResponse field 1 (error_message), serialized first
 T = TypeVar("T")
 # A load model's lane runner (loads/): sends a lane's requests until the gate closes or the
 # lane stops; the engine runs it again at the next gate opening.
@@ -74,6 +74,10 @@ class Engine:
         self.payloads = self.requests.first  # the first of each template's (often the only)
         self.draw = self.requests.draw
         self.epoch = 0  # the drive bumps it at a new phase: open sequences end there
+        # per template: a decoupled model's, whose requests end at their final response
+        self.streaming = [False] * len(names)
+        # goodput thresholds in µs (first response, mean gap, latency); None: not asked
+        self.goodput: tuple[int, int, int] | None = None
         self.names = list(names)
         self.pick = pick if len(pools) > 1 else (lambda _rng: 0)
         self.recorder = recorder
@@ -176,23 +180,6 @@ class Engine:
         if self.loop is None:
             self.drained.set()
 
-    def pump(self, fire: Callable[..., Any], limit: int = 100_000) -> int:
-        """Hand finished requests to Locust's request event (main thread); returns how many."""
-        q = self.completions
-        n = 0
-        while q and n < limit:
-            c = q.popleft()
-            n += 1
-            fire(
-                request_type="grpc",
-                name=c.template,
-                response_time=c.latency_us / 1000.0,
-                response_length=c.size,
-                exception=c.error,
-                context=None,
-            )
-        return n
-
     def stop(self, timeout_s: float = 10.0) -> None:
         """Cancel every lane, close the channel, end the thread; never hangs past timeout_s."""
         if self._thread is None or self.loop is None or self._stopped:
@@ -281,13 +268,20 @@ class Engine:
             lane.slot.done = None  # a request cut off here is not counted (the user stopped)
             self._abandon(lane.slot, "CANCELLED", "the user stopped")
 
-    def send(self, slot: Slot, payload: bytes, done: Done) -> None:
+    def send(self, slot: Slot, payload: bytes, done: Done, streaming: bool = False) -> None:
         """(Engine thread.) Start one request on the slot: on its own bidirectional stream
         (opened on first use, and again after a deadline, a reset or a lost connection), or
         with `unary` as one ModelInfer call. `done(Result)` runs on the loop when it ends,
-        however it ends. Keeps `inflight`."""
+        however it ends (`streaming`: a decoupled model's request ends at its final response).
+        Keeps `inflight`."""
         if slot.reply is None:
             slot.reply = functools.partial(self._reply, slot)
+        if streaming:
+            if slot.stream is None:
+                slot.stream = Responses()
+            slot.stream.reset()
+        else:
+            slot.stream = None
         self.inflight += 1
         self._busy.add(slot)
         slot.seq += 1
@@ -366,7 +360,13 @@ class Engine:
             self.loop.call_soon(self._retry_put, slot, slot.seq)
             return
         end_ns = time.perf_counter_ns()
-        latency_us = (end_ns - slot.sent_ns) // 1000
+        stream = slot.stream
+        if stream is not None and message is not None and not stream.take(message, end_ns):
+            if slot.call is not None:  # more responses to come for this request
+                slot.call.wait(slot.reply)  # type: ignore[arg-type]
+            return
+        sent_ns = slot.sent_ns
+        latency_us = (end_ns - sent_ns) // 1000
         own_us = 0
         call, conn = slot.call, slot.conn
         if message is not None and call is not None and call.tx_ns >= slot.sent_ns:
@@ -387,8 +387,13 @@ class Engine:
             if error is None and slot.check is not None:
                 error = self.requests.validate(message, self.unary, slot.check)
         done, slot.done = slot.done, None
+        if stream is not None and error is not None and call and conn and not call.ended:
+            # responses may still come for the failed request: never on the next one's stream
+            conn.cancel(call, InferError("CANCELLED", "dropped after a failed request"))
+            slot.call = None
         if done is not None:
-            done(Result(latency_us, size, error, end_ns, own_us))
+            done(Result(latency_us, size, error, end_ns, own_us) if stream is None
+                 else stream.result(latency_us, size, error, end_ns, own_us, sent_ns))
 
     @property
     def pooled(self) -> bool:
@@ -406,6 +411,10 @@ class Engine:
             if error is None:
                 window.record(name, latency_us, service_us)
                 window.own_us += result.own_us
+                if result.gaps is not None:  # a decoupled model's: first response as latency
+                    window.streamed(name, result.first_us + latency_us - (service_us or
+                                    latency_us), result.gaps, result.responses, latency_us,
+                                    self.goodput)
             else:
                 window.error(name, error.code, error.details)
         self.completions.append(Completion(name, latency_us, result.size, error))

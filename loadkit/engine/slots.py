@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from loadkit.engine.streaming import response_kind
 from loadkit.transport.call import Call, InferError, Reply
 from loadkit.transport.wire import Connection
 
@@ -21,9 +22,47 @@ class Result(NamedTuple):
     error: InferError | None
     end_ns: int  # perf_counter_ns at the end
     own_us: int  # of latency_us, the part spent in loadkit's own framing
+    # a decoupled model's request (engine/streaming.py): responses with outputs, the first's
+    # latency, the µs between consecutive ones
+    responses: int = 0
+    first_us: int = 0
+    gaps: list[int] | None = None
 
 
 Done = Callable[[Result], None]
+
+
+class Responses:
+    """One slot's streamed responses for the request in flight (engine/streaming.py)."""
+
+    __slots__ = ("count", "first_ns", "last_ns", "gaps")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.first_ns = 0
+        self.last_ns = 0
+        self.gaps: list[int] = []  # µs between consecutive responses
+
+    def reset(self) -> None:
+        self.count = 0
+        self.gaps = []
+
+    def take(self, message: bytes, now_ns: int) -> bool:
+        """Note one message of the request's stream; True when it ends the request."""
+        ends, counts = response_kind(message)
+        if counts:
+            if self.count:
+                self.gaps.append((now_ns - self.last_ns) // 1000)
+            else:
+                self.first_ns = now_ns
+            self.last_ns = now_ns
+            self.count += 1
+        return ends
+
+    def result(self, latency_us: int, size: int, error: InferError | None, end_ns: int,
+               own_us: int, sent_ns: int) -> Result:
+        first_us = (self.first_ns - sent_ns) // 1000 if self.count else 0
+        return Result(latency_us, size, error, end_ns, own_us, self.count, first_us, self.gaps)
 
 
 @dataclass(frozen=True)
@@ -50,6 +89,7 @@ class Slot:
     stream_wait: int = 0  # waiting for a free HTTP/2 stream: the server's limit, else 0
     payload: bytes = b""  # the request in flight, sent again if the server refuses its stream
     check: tuple[int, int] | None = None  # (template, pool entry) whose outputs to validate
+    stream: Responses | None = None  # a decoupled model's request: its streamed responses
 
 
 @dataclass(eq=False)

@@ -24,7 +24,7 @@ async def run_closed(engine: Engine, lane: Lane) -> None:
     assert gate is not None and loop is not None
     names, payloads, pick, rng = engine.names, engine.payloads, engine.pick, lane.rng
     draw = engine.draw if engine.pooled else None
-    think, recorder = engine.think_time_s, engine.recorder
+    think, recorder, streaming = engine.think_time_s, engine.recorder, engine.streaming
     slot = lane.slot
     over: asyncio.Future[None] = loop.create_future()
     pause: asyncio.TimerHandle | None = None
@@ -39,7 +39,7 @@ async def run_closed(engine: Engine, lane: Lane) -> None:
         if window is not None:
             window.sent += 1
         payload = payloads[i] if draw is None else draw(i, rng, window)
-        engine.send(slot, payload, functools.partial(finished, i, window))
+        engine.send(slot, payload, functools.partial(finished, i, window), streaming[i])
 
     def finished(i: int, window: StepWindow | None, result: Result) -> None:
         nonlocal pause

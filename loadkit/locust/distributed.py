@@ -117,6 +117,7 @@ class MasterDrive:
         self._slots: dict[str, int] = {}  # worker -> its id slice, in order of arrival
         self.fingerprint = fingerprint(scenario, self.plan)
         self.unbatched = sorted({t.model for t in scenario.requests.values() if not t.batched})
+        self.decoupled = sorted({t.model for t in scenario.requests.values() if t.decoupled})
         self.address = address
         self.events = events
         self.refused: dict[str, str] = {}  # worker -> why it did not join
@@ -158,7 +159,7 @@ class MasterDrive:
         self.runner.send_message(
             SETUP,
             {"address": self.address, "fingerprint": self.fingerprint,
-             "unbatched": self.unbatched,
+             "unbatched": self.unbatched, "decoupled": self.decoupled,
              "id_slice": [self._slots.setdefault(msg.node_id, len(self._slots)),
                           self.id_slice]},
             client_id=msg.node_id,
@@ -309,7 +310,8 @@ class WorkerAgent:
         return drive
 
     def _on_setup(self, environment: Any, msg: Any, **_: Any) -> None:
-        self.scenario = with_model_facts(self.file_scenario, msg.data.get("unbatched", []))
+        self.scenario = with_model_facts(self.file_scenario, msg.data.get("unbatched", []),
+                                         decoupled=msg.data.get("decoupled", []))
         self.plan = build_plan(self.scenario)
         differs = first_difference(fingerprint(self.scenario, self.plan),
                                    msg.data["fingerprint"])

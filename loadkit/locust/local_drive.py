@@ -10,6 +10,7 @@ engine thread (Engine.on_loop), the only thread that writes it.
 from __future__ import annotations
 
 import bisect
+import collections
 import os
 import random
 import resource
@@ -20,7 +21,7 @@ from typing import Any
 import gevent
 
 from loadkit.engine.core import Engine
-from loadkit.engine.slots import Lane
+from loadkit.engine.slots import Completion, Lane
 from loadkit.loads.closed import run_closed
 from loadkit.loads.open_rate import schedule
 from loadkit.loads.sequence import new_ids, sequences
@@ -56,6 +57,18 @@ def process_usage() -> tuple[float, int]:
     return t.user + t.system, rss
 
 
+def pump(completions: collections.deque[Completion], fire: Callable[..., Any],
+         limit: int = 100_000) -> int:
+    """Hand the engine's finished requests to Locust's request event (main thread)."""
+    n = 0
+    while completions and n < limit:
+        c = completions.popleft()
+        n += 1
+        fire(request_type="grpc", name=c.template, response_time=c.latency_us / 1000.0,
+             response_length=c.size, exception=c.error, context=None)
+    return n
+
+
 class LocalDrive:
     def __init__(self, scenario: Scenario, plan: Plan, address: str, seed: int = 0):
         self.scenario = scenario
@@ -86,6 +99,12 @@ class LocalDrive:
             scenario.target.transport,
             precise_timers=any(step.arrivals is not None for step in plan.steps),
         )
+        self.engine.streaming = [scenario.requests[n].decoupled for n in names]
+        g = scenario.goodput
+        if g is not None:
+            self.engine.goodput = (int(min(g.first_response_us, 2**62)),
+                                   int(min(g.inter_response_us, 2**62)),
+                                   int(min(g.latency_us, 2**62)))
         self.engine.requests.random_order = [scenario.requests[n].order == "random"
                                              for n in names]
         self.engine.requests.expect([expected_pool(scenario.requests[n]) for n in names])
@@ -186,7 +205,7 @@ class LocalDrive:
 
     def pump(self) -> None:
         if self._fire is not None:
-            self.engine.pump(self._fire)
+            pump(self.engine.completions, self._fire)
 
     def _pump_loop(self) -> None:
         while True:

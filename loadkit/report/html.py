@@ -8,6 +8,7 @@ import json
 from html import escape
 from typing import Any
 
+from loadkit.report import streaming
 from loadkit.report.compare import Comparison, highlights, load_label
 from loadkit.report.markdown import warnings
 from loadkit.report.units import ms
@@ -112,6 +113,7 @@ def _steps(results: dict[str, Any], prefix: str) -> list[str]:
                     f"<td class=l>{escape(batches or '-')}</td></tr>"
                 )
             out.append("</table>")
+            out += streaming.html(phase["steps"])
             kept = [f"<li>{escape(load_label(s['load']))}: {escape(code)} ×{m['count']}: "
                     f"{escape(m['message'])}</li>"
                     for s in phase["steps"]

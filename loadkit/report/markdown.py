@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadkit.report import streaming
 from loadkit.report.compare import Comparison, highlights, load_label
 from loadkit.report.units import ms
 from loadkit.run.accounting import first_message
@@ -70,6 +71,7 @@ def summary_table(results: dict[str, Any]) -> str:
         out += _error_notes(phase["steps"])
         out += _generator_note(phase["steps"])
         out += _payload_note(phase["steps"])
+        out += streaming.markdown(phase["steps"])
         if open_steps:
             out += _open_loop_notes(open_steps)
     out += _worker_notes(results)

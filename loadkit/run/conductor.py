@@ -8,6 +8,7 @@ server's success deltas exactly.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 import traceback
@@ -125,21 +126,35 @@ class Conductor:
             run.result.reason = f"{type(exc).__name__}: {exc}"
             self.exit_code = self.exit_code or 1
         finally:
-            self.run.drive.end(self.run.scenario.target.timeout_s + 1)
-            self.target = None
-            self.current = None
-            self._set_stage("restoring", 0)
             try:
-                failures = run.controller.restore()
-            except Exception as exc:  # the control plane itself broke: every model is unknown
-                failures = [{"model": m, "detail": str(exc)} for m in run.controller.applied]
-            for failure in failures:
-                run.events.add(RestoreFailed(**failure))
-            self._judge()
-            run.result.finished_at = utcnow()
-            run.save(final=True)
-            self.stage = "done"
-            self.finished.set()
+                self._wind_up()
+            except Exception as exc:  # a bug here must end the run loudly, never hang it
+                log.error("run aborted while finishing: %s\n%s", exc, traceback.format_exc())
+                run.result.status = "aborted"
+                run.result.reason = f"{type(exc).__name__}: {exc}"
+                self.exit_code = self.exit_code or 1
+                with contextlib.suppress(Exception):
+                    run.save(final=True)
+            finally:
+                self.stage = "done"
+                self.finished.set()
+
+    def _wind_up(self) -> None:
+        """Drain, restore every model's config, judge the run, write the final results."""
+        run = self.run
+        run.drive.end(run.scenario.target.timeout_s + 1)
+        self.target = None
+        self.current = None
+        self._set_stage("restoring", 0)
+        try:
+            failures = run.controller.restore()
+        except Exception as exc:  # the control plane itself broke: every model is unknown
+            failures = [{"model": m, "detail": str(exc)} for m in run.controller.applied]
+        for failure in failures:
+            run.events.add(RestoreFailed(**failure))
+        self._judge()
+        run.result.finished_at = utcnow()
+        run.save(final=True)
 
     def _judge(self) -> None:
         """A run that walked its phases is `failed` (exit 1) when what it measured is known to
@@ -239,7 +254,7 @@ class Conductor:
         result = build_step_result(
             step, got, before, after, started_at, duration, "ok" if ok else "partial",
             run.batch_sizes, run.template_models, run.scenario.target.shared,
-            run.composing,
+            run.composing, run.scenario.goodput is not None,
         )
         pr.steps.append(result)
         if result.accounting["status"] == "mismatch":

@@ -52,6 +52,10 @@ class StepResult:
     accounting: dict[str, Any] = field(default_factory=dict)
     # Models whose server statistics could not be read for this step, and why (never zeros).
     server_unavailable: dict[str, str] = field(default_factory=dict)
+    # Decoupled (streaming) models only: the step's first_response_us, inter_response_us,
+    # responses, tokens/s and goodput over every streaming template (run/streaming.py); each
+    # template's own are in `client`.
+    streaming: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -63,6 +67,8 @@ class StepResult:
             out.pop("workers")
         if not self.server_unavailable:
             out.pop("server_unavailable")
+        if not self.streaming:
+            out.pop("streaming")
         return out
 
 

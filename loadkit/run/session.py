@@ -15,6 +15,7 @@ from loadkit.scenario import (
     Scenario,
     check_against_models,
     composing_models,
+    decoupled_models,
     unbatched_models,
     with_model_facts,
 )
@@ -55,7 +56,7 @@ class Session:
             if problems:
                 raise ScenarioError(problems)
             self.scenario = with_model_facts(scenario, unbatched_models(infos),
-                                             composing_models(infos))
+                                             composing_models(infos), decoupled_models(infos))
         except BaseException:
             self.close()
             raise

@@ -13,7 +13,7 @@ from typing import Any
 from xml.etree import ElementTree as ET
 
 from loadkit.plan import Plan, load_label
-from loadkit.scenario import LATENCY_METRICS, Threshold
+from loadkit.scenario import AT_LEAST_METRICS, DURATION_METRICS, LATENCY_METRICS, Threshold
 
 
 @dataclass(frozen=True)
@@ -34,10 +34,12 @@ class Outcome:
 def fmt_value(metric: str, v: float | None) -> str:
     if v is None:
         return "-"
-    if metric in LATENCY_METRICS:
+    if metric in DURATION_METRICS:
         return f"{v / 1000:.3f} ms"
     if metric in ("error_rate", "max_dropped"):
         return f"{v * 100:.2f}%"
+    if metric == "goodput_min":
+        return f"{v:.1f} good req/s"
     return f"{v:.1f} infer/s"
 
 
@@ -61,6 +63,15 @@ def step_value(t: Threshold, step: dict[str, Any]) -> float | None:
     if t.metric == "max_dropped":
         ol = step.get("open_loop", {})
         return float(ol["dropped_ratio"]) if ol.get("scheduled") else None
+    if t.metric in DURATION_METRICS:  # first_response_p99, inter_response_p50, ...
+        kind, pct = t.metric.rsplit("_", 1)
+        where = step.get("streaming", {}) if t.template is None else step["client"].get(
+            t.template, {})
+        summary = where.get(f"{kind}_us")
+        return summary[pct] if summary and where.get("responses") else None
+    if t.metric == "goodput_min":
+        good = step.get("streaming", {}).get("goodput")
+        return float(good["per_s"]) if good is not None and step["requests"] else None
     raise ValueError(f"unknown metric {t.metric}")
 
 
@@ -72,7 +83,7 @@ def applies(t: Threshold, step: dict[str, Any]) -> bool:
 def holds(t: Threshold, value: float | None) -> bool:
     if value is None:
         return False
-    return value >= t.limit if t.metric == "min_throughput" else value <= t.limit
+    return value >= t.limit if t.metric in AT_LEAST_METRICS else value <= t.limit
 
 
 def check_phase(thresholds: tuple[Threshold, ...], phase: dict[str, Any]) -> list[Outcome]:
@@ -105,13 +116,13 @@ def check_phase(thresholds: tuple[Threshold, ...], phase: dict[str, Any]) -> lis
                 empty = empty or load_label(step["load"])
                 continue
             ok = holds(t, v)
-            badness = -v if t.metric == "min_throughput" else v
+            badness = -v if t.metric in AT_LEAST_METRICS else v
             rank = (not ok, badness)
             if rank > worst_rank:
                 worst, worst_rank = (v, load_label(step["load"])), rank
             failed = failed or not ok
         value, label = worst
-        relation = ">=" if t.metric == "min_throughput" else "<="
+        relation = ">=" if t.metric in AT_LEAST_METRICS else "<="
         if failed or not empty:
             message = (
                 f"{fmt_value(t.metric, value)} at {label}; expected {relation} {limit_text}"

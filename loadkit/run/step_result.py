@@ -14,6 +14,7 @@ from loadkit.record import latency_summary
 from loadkit.run.accounting import check_step
 from loadkit.run.drive import Collected
 from loadkit.run.results import StepResult
+from loadkit.run.streaming import streaming_results
 
 
 def build_step_result(
@@ -28,8 +29,10 @@ def build_step_result(
     template_models: dict[str, str],
     shared: bool = False,
     composing: dict[str, str] | None = None,
+    goodput: bool = False,
 ) -> StepResult:
     window = got.window
+    streamed, streaming = streaming_results(window, duration_s, goodput)
     merged = window.merged()
     requests = merged.get_total_count()
     inferences = sum(window.successes(n) * b for n, b in batch_sizes.items())
@@ -49,6 +52,7 @@ def build_step_result(
             **({"sequences": window.sequences[name].get_total_count(),
                 "sequence_latency_us": latency_summary(window.sequences[name])}
                if name in window.sequences else {}),
+            **streamed.get(name, {}),
         }
         for name in batch_sizes
         if window.successes(name) or window.errors.get(name)
@@ -136,4 +140,5 @@ def build_step_result(
         accounting=check_step(window, models, server, unavailable, step.arrivals is not None,
                               shared),
         server_unavailable=unavailable,
+        streaming=streaming,
     )

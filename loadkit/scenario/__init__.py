@@ -17,19 +17,24 @@ from loadkit.scenario.against_server import (
     ModelInfo,
     check_against_models,
     composing_models,
+    decoupled_models,
     unbatched_models,
     with_model_facts,
 )
 from loadkit.scenario.model import (
     ARRIVALS,
+    AT_LEAST_METRICS,
     DATA_KINDS,
     DTYPES,
+    DURATION_METRICS,
     LATENCY_METRICS,
     MAX_CONCURRENCY,
     MAX_RATE,
+    STREAM_METRICS,
     THRESHOLD_METRICS,
     TRANSPORTS,
     ConcurrencyLoad,
+    Goodput,
     InputSpec,
     PhaseSpec,
     RateLoad,
@@ -46,9 +51,11 @@ from loadkit.scenario.parse import load_scenario
 from loadkit.scenario.phases import parse_ramp, parse_rate_ramp
 
 __all__ = [
-    "ARRIVALS", "DATA_KINDS", "DTYPES", "LATENCY_METRICS", "MAX_CONCURRENCY", "MAX_RATE",
+    "ARRIVALS", "AT_LEAST_METRICS", "DURATION_METRICS", "STREAM_METRICS", "Goodput",
+    "DATA_KINDS", "DTYPES", "LATENCY_METRICS", "MAX_CONCURRENCY", "MAX_RATE",
     "THRESHOLD_METRICS", "TRANSPORTS", "ConcurrencyLoad", "InputSpec", "ModelInfo", "PhaseSpec",
     "RateLoad", "RequestTemplate", "Requirements", "Scenario", "SequenceSpec", "TLSSpec",
     "TargetSpec", "Threshold", "Thresholds", "check_against_models", "composing_models",
     "load_scenario", "parse_ramp", "parse_rate_ramp", "unbatched_models", "with_model_facts",
+    "decoupled_models",
 ]

@@ -21,11 +21,16 @@ class ModelInfo:
     decoupled: bool = False  # model_transaction_policy.decoupled: several responses a request
     sequence: bool = False  # sequence_batching: requests need correlation ids
     composing: tuple[str, ...] = ()  # an ensemble's steps, in order
+    optional: frozenset[str] = frozenset()  # inputs the config marks `optional: true`
 
 
 def unbatched_models(models: dict[str, ModelInfo | str]) -> list[str]:
     return sorted(m for m, i in models.items() if isinstance(i, ModelInfo) and
                   i.max_batch_size == 0)
+
+
+def decoupled_models(models: dict[str, ModelInfo | str]) -> list[str]:
+    return sorted(m for m, i in models.items() if isinstance(i, ModelInfo) and i.decoupled)
 
 
 def composing_models(models: dict[str, ModelInfo | str]) -> dict[str, tuple[str, ...]]:
@@ -34,14 +39,17 @@ def composing_models(models: dict[str, ModelInfo | str]) -> dict[str, tuple[str,
 
 
 def with_model_facts(scenario: Scenario, unbatched: list[str],
-                     composing: dict[str, tuple[str, ...]] | None = None) -> Scenario:
-    """The scenario with what only the server knows: which templates' models do not batch, and
-    which models an ensemble runs (a template's own `composing_models` come first: BLS calls
-    are not in any config)."""
+                     composing: dict[str, tuple[str, ...]] | None = None,
+                     decoupled: list[str] | None = None) -> Scenario:
+    """The scenario with what only the server knows: which templates' models do not batch,
+    which stream several responses a request (decoupled), and which models an ensemble runs
+    (a template's own `composing_models` come first: BLS calls are not in any config)."""
     composing = composing or {}
+    streamed = set(decoupled or ())
     requests = {
         n: dataclasses.replace(t, batched=t.model not in unbatched,
-                               composing=t.composing or composing.get(t.model, ()))
+                               composing=t.composing or composing.get(t.model, ()),
+                               decoupled=t.model in streamed)
         for n, t in scenario.requests.items()
     }
     return dataclasses.replace(scenario, requests=requests)
@@ -60,12 +68,11 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
                 src.problem((*base, "model"), f"the server has no ready model '{t.model}'{reason}")
             )
             continue
-        if info.decoupled:
+        if info.decoupled and scenario.target.transport == "unary":
             problems.append(
-                src.problem((*base, "model"), f"model '{t.model}' is decoupled (a request gets "
-                            "several responses; loadkit would count each as a request): "
-                            "loadkit cannot measure such a model yet; expected a model without "
-                            "decoupled transactions")
+                src.problem(("target", "transport"), f"model '{t.model}' is decoupled (its "
+                            "responses stream back over ModelStreamInfer); expected transport "
+                            "stream, found unary")
             )
             continue
         if info.sequence and t.sequence is None:
@@ -110,11 +117,9 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
         for name, (dtype, dims) in info.inputs.items():
             p: KeyPath = (*base, "inputs", name)
             if name not in given:
-                problems.append(
-                    src.problem(
-                        (*base, "inputs"), f"input '{name}' of model '{t.model}' is missing"
-                    )
-                )
+                if name not in info.optional:
+                    problems.append(src.problem(
+                        (*base, "inputs"), f"input '{name}' of model '{t.model}' is missing"))
                 continue
             spec = given[name]
             if spec.dtype != dtype:

@@ -97,6 +97,9 @@ class RequestTemplate:
     # the template's `composing_models`): their statistics go beside it in the report
     composing: tuple[str, ...] = ()
     validate: bool = False  # compare every response with the data set's validation_data
+    # the model streams several responses per request (a server fact, like `batched`): the
+    # request is done at its final response (engine/streaming.py)
+    decoupled: bool = False
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,24 @@ class Requirements:
 
 
 LATENCY_METRICS = ("p50", "p90", "p95", "p99", "p999")
-THRESHOLD_METRICS = (*LATENCY_METRICS, "error_rate", "min_throughput", "max_dropped")
+# decoupled (streaming) models: time to the first response, gaps between responses
+STREAM_METRICS = tuple(f"{kind}_{p}" for kind in ("first_response", "inter_response")
+                       for p in LATENCY_METRICS)
+DURATION_METRICS = (*LATENCY_METRICS, *STREAM_METRICS)
+# min_throughput in infer/s, goodput_min in good requests/s (the scenario's `goodput`)
+AT_LEAST_METRICS = ("min_throughput", "goodput_min")
+THRESHOLD_METRICS = (*DURATION_METRICS, "error_rate", "min_throughput", "max_dropped",
+                     "goodput_min")
+
+
+@dataclass(frozen=True)
+class Goodput:
+    """`goodput:` a streaming request is good when its first response, its mean gap between
+    responses and its latency are each within their limit (µs; a missing one: no limit)."""
+
+    first_response_us: float = float("inf")
+    inter_response_us: float = float("inf")
+    latency_us: float = float("inf")
 
 
 @dataclass(frozen=True)
@@ -231,6 +251,7 @@ class Scenario:
     think_time_s: float
     phases: tuple[PhaseSpec, ...]
     source: Source = field(repr=False, compare=False)
+    goodput: Goodput | None = None
 
     @property
     def models(self) -> tuple[str, ...]:

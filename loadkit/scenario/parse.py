@@ -5,16 +5,24 @@ from __future__ import annotations
 import dataclasses
 import re
 from pathlib import Path
+from typing import Any
 
 from loadkit.errors import ScenarioError
 from loadkit.scenario.checks import Checker, found
-from loadkit.scenario.model import ConcurrencyLoad, PhaseSpec, RequestTemplate, Scenario
+from loadkit.scenario.model import (
+    ConcurrencyLoad,
+    Goodput,
+    PhaseSpec,
+    RequestTemplate,
+    Scenario,
+)
 from loadkit.scenario.phases import _phases, _thresholds
 from loadkit.scenario.requests import _mix, _target, _template
 from loadkit.scenario.source import load_yaml
 
 TOP_KEYS = (
-    "name", "description", "target", "requests", "mix", "think_time", "thresholds", "phases"
+    "name", "description", "target", "requests", "mix", "think_time", "thresholds", "phases",
+    "goodput",
 )
 
 
@@ -54,15 +62,42 @@ def load_scenario(path: str | Path) -> Scenario:
     if "thresholds" in top:
         thresholds = _thresholds(ck, top["thresholds"], ("thresholds",))
     phases = _phases(ck, top["phases"]) if "phases" in top else ()
+    if "goodput" not in top:
+        where = [(("thresholds",), thresholds)] + [(("phases", i, "thresholds"), ph.thresholds)
+                                                   for i, ph in enumerate(phases)]
+        for path, ts in where:
+            if ts is not None and any(t.metric == "goodput_min" for t in ts.items):
+                ck.add((*path, "goodput_min"), "goodput_min needs the scenario's goodput: "
+                       "{first_response: ..., inter_response: ...} to say which requests are "
+                       "good; found no goodput")
     if thresholds is not None:
         phases = tuple(
             dataclasses.replace(ph, thresholds=thresholds.extended(ph.thresholds))
             for ph in phases
         )
     _check_sequences(ck, requests, phases)
+    goodput = _goodput(ck, top["goodput"]) if "goodput" in top else None
     if ck.problems:
         raise ScenarioError(ck.problems)
-    return Scenario(name, path, target, requests, mix, think or 0.0, phases, src)
+    return Scenario(name, path, target, requests, mix, think or 0.0, phases, src, goodput)
+
+
+def _goodput(ck: Checker, raw: Any) -> Goodput | None:
+    """`goodput: {first_response: 200ms, inter_response: 20ms, latency: 5s}`."""
+    path = ("goodput",)
+    m = ck.mapping(raw, path, ("first_response", "inter_response", "latency"))
+    if m is None:
+        return None
+    if not m:
+        ck.add(path, "expected at least one of first_response, inter_response, latency")
+        return None
+    limits = {}
+    for key in ("first_response", "inter_response", "latency"):
+        if key in m:
+            seconds = ck.duration(m[key], (*path, key), False)
+            if seconds is not None:
+                limits[f"{key}_us"] = seconds * 1e6
+    return Goodput(**limits)
 
 
 def _check_sequences(ck: Checker, requests: dict[str, RequestTemplate],

@@ -10,7 +10,8 @@ from loadkit.modelconfig import check_overlay, needs_gpu
 from loadkit.scenario.checks import Checker, found
 from loadkit.scenario.model import (
     ARRIVALS,
-    LATENCY_METRICS,
+    AT_LEAST_METRICS,
+    DURATION_METRICS,
     MAX_CONCURRENCY,
     MAX_RATE,
     THRESHOLD_METRICS,
@@ -213,7 +214,7 @@ def _threshold_items(
     for metric, value in m.items():
         p = (*path, metric)
         where = ck.where(p)
-        if metric in LATENCY_METRICS:
+        if metric in DURATION_METRICS:
             seconds = ck.duration(value, p, False)
             if seconds is not None:
                 out.append(Threshold(metric, seconds * 1e6, template, where))
@@ -221,7 +222,7 @@ def _threshold_items(
             f = _fraction(ck, value, p)
             if f is not None:
                 out.append(Threshold(metric, f, template, where))
-        elif metric == "min_throughput":
+        elif metric in AT_LEAST_METRICS:
             n = ck.number(value, p, 0, exclusive=True)
             if n is not None:
                 out.append(Threshold(metric, n, template, where))
@@ -250,7 +251,7 @@ def _thresholds(ck: Checker, raw: Any, path: KeyPath) -> Thresholds | None:
                 if tname not in ck.request_names:
                     ck.add(tp, f"no request template named '{tname}'{ck.suggest(tname)}")
                     continue
-                tm = ck.mapping(traw, tp, LATENCY_METRICS + ("error_rate",))
+                tm = ck.mapping(traw, tp, DURATION_METRICS + ("error_rate",))
                 if tm is not None:
                     items += _threshold_items(ck, tm, tp, str(tname))
     return Thresholds(tuple(items), abort)

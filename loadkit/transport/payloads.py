@@ -75,6 +75,8 @@ def tensor_bytes(arr: np.ndarray, dtype: str) -> bytes:
 
 def _serialize(template: RequestTemplate, tensors: list[tuple[InputSpec, np.ndarray]]) -> bytes:
     req = service_pb2.ModelInferRequest(model_name=template.model, model_version=template.version)
+    if template.decoupled:  # the final response then says so (engine/streaming.py)
+        req.parameters["triton_enable_empty_final_response"].bool_param = True
     for key, value in template.parameters:
         param = req.parameters[key]
         if isinstance(value, bool):

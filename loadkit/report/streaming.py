@@ -1,0 +1,53 @@
+"""Streaming steps (decoupled models, LLMs) in the reports: time to the first response, gaps
+between responses, responses per request, tokens/s and goodput, one row per step. The same
+rows feed summary.md (markdown) and report.html."""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+from loadkit.plan import load_label
+from loadkit.report.units import ms
+
+HEADER = ("load", "requests/s", "first resp. p50", "first resp. p99", "gap p50", "gap p99",
+          "responses/request", "tokens/s", "tokens/s per request", "goodput/s")
+NOTE = ("Streaming (decoupled model): a request ends at its final response; latencies above "
+        "run to it. First response = time to first token, gap = time between consecutive "
+        "responses (inter-token latency), in ms; one streamed response counts as one output "
+        "token. Goodput: requests that met every `goodput` limit, per second (share).")
+
+
+def rows(steps: list[dict[str, Any]]) -> list[tuple[str, ...]]:
+    out = []
+    for s in steps:
+        st = s.get("streaming")
+        if not st:
+            continue
+        first, gap = st["first_response_us"], st["inter_response_us"]
+        good = st.get("goodput")
+        out.append((
+            load_label(s["load"]), f"{s['requests_per_s']:.1f}", ms(first["p50"]),
+            ms(first["p99"]), ms(gap["p50"]), ms(gap["p99"]), f"{st['responses_per_request']:g}",
+            f"{st['output_tokens_per_s']:.1f}", f"{st['output_tokens_per_s_per_request']:.1f}",
+            f"{good['per_s']:.1f} ({good['ratio']:.0%})" if good else "-",
+        ))
+    return out
+
+
+def markdown(steps: list[dict[str, Any]]) -> list[str]:
+    found = rows(steps)
+    if not found:
+        return []
+    return [NOTE, "", "| " + " | ".join(HEADER) + " |", "|" + "---:|" * len(HEADER),
+            *("| " + " | ".join(r) + " |" for r in found), ""]
+
+
+def html(steps: list[dict[str, Any]]) -> list[str]:
+    found = rows(steps)
+    if not found:
+        return []
+    head = "".join(f"<th>{escape(h)}</th>" for h in HEADER)
+    body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>"
+                   for r in found)
+    return [f"<p>{escape(NOTE)}</p>", f"<table><tr>{head}</tr>{body}</table>"]
