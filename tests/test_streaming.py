@@ -4,9 +4,14 @@ closed and open loop; the shipped token_generator simulator and Triton's `repeat
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
+import pytest
 from conftest import loadkit, results, write
+
+from loadkit.scenario import load_scenario
+from loadkit.transport.payloads import prepare_pool
 
 PROMPT = "one two three four five six seven eight nine ten"  # 10 input tokens (words)
 TOKENS = 6
@@ -129,3 +134,100 @@ def test_a_final_flag_sent_alone_is_not_a_response_and_gates_read_the_new_metric
     outcomes = {o["threshold"]: o for o in data["thresholds"]}
     assert outcomes["first_response_p99"]["status"] == "fail", outcomes
     assert outcomes["inter_response_p99"]["status"] == "pass", outcomes
+
+
+def _tokenizer_file(path: Path) -> Path:
+    """A real tokenizer.json, trained here with the tokenizers library (no downloads): word
+    pieces, so a word is often several tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    corpus = ["the model serves requests under load while the scheduler batches tokens",
+              "every user in the queue and the server reports its latency throughput memory",
+              "so an engineer can compare configurations before a launch"] * 10
+    tok.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=60,
+                                                              special_tokens=["[UNK]"]))
+    tok.save(str(path))
+    return path
+
+
+@pytest.mark.fast
+def test_llm_templates_build_each_backends_inputs(tmp_path: Path) -> None:
+    """vLLM: text_input + stream + sampling_parameters JSON (max_tokens) +
+    exclude_input_in_output; TensorRT-LLM: max_tokens as an INT32 input. Synthetic prompts have
+    the seeded lengths; with a tokenizer, exactly the drawn token count."""
+    tok_file = _tokenizer_file(tmp_path / "tokenizer.json")
+    scen = load_scenario(write(tmp_path / "s.yaml", f"""
+requests:
+  v:
+    model: token_generator
+    llm: {{style: vllm, input_tokens: 20, output_tokens: {{mean: 8, stddev: 2}}, count: 50,
+          sampling_parameters: {{temperature: 0.5}}}}
+  t:
+    model: token_generator
+    llm: {{style: tensorrt_llm, input_tokens: 12, output_tokens: 5, count: 10,
+          tokenizer: {tok_file.name}}}
+phases: [{{name: x, load: {{concurrency: 1, step_duration: 1s}}}}]
+"""))
+    v, t = scen.requests["v"], scen.requests["t"]
+    assert [s.name for s in v.inputs] == ["text_input", "stream", "exclude_input_in_output",
+                                          "sampling_parameters"]
+    entries = v.dataset.entries
+    assert len(entries) == 50 and v.llm.input_tokens_mean == 20 and v.llm.tokens_by == "words"
+    params = [json.loads(e["sampling_parameters"][0]) for e in entries]
+    assert all(p["temperature"] == 0.5 and p["ignore_eos"] for p in params)
+    wanted = [p["max_tokens"] for p in params]
+    assert 7 <= sum(wanted) / 50 <= 9 and len(set(wanted)) > 2  # drawn, seeded
+    assert all(len(e["text_input"][0].split()) == 20 for e in entries)
+    assert "max_tokens" in [s.name for s in t.inputs]
+    assert all(int(e["max_tokens"][0]) == 5 for e in t.dataset.entries)
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(str(tok_file))
+    counts = [len(tok.encode(e["text_input"][0].decode()).ids) for e in t.dataset.entries]
+    assert t.llm.tokens_by == "tokenizer.json" and t.llm.input_tokens_mean == sum(counts) / 10
+    assert all(abs(c - 12) <= 1 for c in counts), counts  # cut to 12 tokens (a re-encode may merge)
+    # every request is a distinct prepared payload
+    assert len(set(prepare_pool(v))) == 50
+
+
+LLM = """
+name: llm
+requests:
+  chat:
+    model: token_generator
+    llm: {style: vllm, prompts: prompts.jsonl, output_tokens: {mean: 6, stddev: 2}, count: 40}
+goodput: {first_response: 1s, inter_response: 1s}
+phases:
+  - name: open
+    load: {rate: 15, step_duration: 2s, warmup: 0s}
+thresholds: {goodput_min: 1}
+"""
+
+
+def test_an_llm_template_streams_its_requested_tokens_in_an_open_loop(triton,
+                                                                       tmp_path: Path) -> None:
+    """Prompts from JSON Lines; each request asks for its own max_tokens (vLLM's
+    sampling_parameters) and gets exactly that many responses: responses == the sum asked."""
+    prompts = ["hello there", {"prompt": "tell me about load tests"}, {"text_input": "a b c"}]
+    (tmp_path / "prompts.jsonl").write_text("\n".join(json.dumps(p) for p in prompts))
+    scen_path = write(tmp_path / "s.yaml", LLM)
+    out = tmp_path / "r"
+    proc = loadkit("run", str(scen_path), "--target", triton.grpc_address, "--out", str(out),
+                   "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    step = results(out)["phases"][0]["steps"][0]
+    c = step["client"]["chat"]
+    assert step["accounting"]["status"] == "ok" and not step["errors"]
+    assert step["server"]["token_generator"]["success"] == c["requests"] > 20
+    ol = step["open_loop"]
+    assert ol["scheduled"] == ol["sent"] == c["requests"]
+    # sequential order over the 40-entry pool: the sum of max_tokens of the entries sent
+    pool = load_scenario(scen_path).requests["chat"].dataset.entries
+    asked = [json.loads(e["sampling_parameters"][0])["max_tokens"] for e in pool]
+    sent = c["distinct_payloads"]
+    assert c["responses"] == sum(asked[i % 40] for i in range(c["requests"])), (c, sent)
+    assert c["input_tokens_per_request"] == sum(
+        len(str(p if isinstance(p, str) else next(iter(p.values()))).split())
+        for p in (prompts * 14)[:40]) / 40
+    assert results(out)["thresholds"][0]["status"] == "pass"

@@ -249,6 +249,7 @@ class FakeHub:
         self.batch_sizes = {"d": 1}
         self.template_models = {"d": "dense"}
         self.composing: dict[str, str] = {}
+        self.input_tokens: dict[str, tuple[float, str]] = {}
         self.saves = 0
 
     def save(self, final: bool = False) -> None:
@@ -260,6 +261,22 @@ def _walk(hub: FakeHub) -> Conductor:
     conductor.start()
     assert conductor.finished.wait(10), "the conductor did not finish"
     return conductor
+
+
+def test_a_failure_while_finishing_ends_the_run_loudly(scenario: Scenario) -> None:
+    """A bug in the final save (it once raised on a new threshold metric) must not leave the
+    run waiting forever: the conductor finishes, aborted, exit 1, with the reason."""
+    drive = FakeDrive(per_step=25)
+    hub = FakeHub(scenario, drive, FakeController(server_per_step=25))
+
+    def save(final: bool = False) -> None:
+        if final and hub.result.status != "aborted":
+            raise ValueError("unknown metric first_response_p99")
+
+    hub.save = save  # type: ignore[method-assign]
+    conductor = _walk(hub)
+    assert conductor.exit_code == 1
+    assert hub.result.status == "aborted" and "unknown metric" in hub.result.reason
 
 
 def test_conductor_measures_each_step_between_drained_snapshots(scenario: Scenario) -> None:

@@ -11,11 +11,13 @@ from loadkit.plan import load_label
 from loadkit.report.units import ms
 
 HEADER = ("load", "requests/s", "first resp. p50", "first resp. p99", "gap p50", "gap p99",
-          "responses/request", "tokens/s", "tokens/s per request", "goodput/s")
+          "responses/request", "tokens/s", "tokens/s per request", "input tokens/s",
+          "goodput/s")
 NOTE = ("Streaming (decoupled model): a request ends at its final response; latencies above "
         "run to it. First response = time to first token, gap = time between consecutive "
         "responses (inter-token latency), in ms; one streamed response counts as one output "
-        "token. Goodput: requests that met every `goodput` limit, per second (share).")
+        "token (input tokens: as the llm template counted them, words or its tokenizer). "
+        "Goodput: requests that met every `goodput` limit, per second (share).")
 
 
 def rows(steps: list[dict[str, Any]]) -> list[tuple[str, ...]]:
@@ -30,6 +32,7 @@ def rows(steps: list[dict[str, Any]]) -> list[tuple[str, ...]]:
             load_label(s["load"]), f"{s['requests_per_s']:.1f}", ms(first["p50"]),
             ms(first["p99"]), ms(gap["p50"]), ms(gap["p99"]), f"{st['responses_per_request']:g}",
             f"{st['output_tokens_per_s']:.1f}", f"{st['output_tokens_per_s_per_request']:.1f}",
+            f"{st['input_tokens_per_s']:.1f}" if "input_tokens_per_s" in st else "-",
             f"{good['per_s']:.1f} ({good['ratio']:.0%})" if good else "-",
         ))
     return out

@@ -50,6 +50,7 @@ class Hub(Protocol):
     environment: Any  # Locust's Environment
     batch_sizes: dict[str, int]
     template_models: dict[str, str]
+    input_tokens: dict[str, tuple[float, str]]
     composing: dict[str, str]  # model -> the template model it runs inside
 
     def save(self, final: bool = False) -> None: ...
@@ -254,7 +255,7 @@ class Conductor:
         result = build_step_result(
             step, got, before, after, started_at, duration, "ok" if ok else "partial",
             run.batch_sizes, run.template_models, run.scenario.target.shared,
-            run.composing, run.scenario.goodput is not None,
+            run.composing, run.scenario.goodput is not None, run.input_tokens,
         )
         pr.steps.append(result)
         if result.accounting["status"] == "mismatch":

@@ -57,6 +57,9 @@ class Run:
         )
         self.batch_sizes = {n: t.batch_size for n, t in scenario.requests.items()}
         self.template_models = {n: t.model for n, t in scenario.requests.items()}
+        # llm templates: mean input tokens per request and what counted them (scenario/llm.py)
+        self.input_tokens = {n: (t.llm.input_tokens_mean, t.llm.tokens_by)
+                             for n, t in scenario.requests.items() if t.llm is not None}
         # model -> the template model it runs inside (an ensemble's steps, BLS calls)
         self.composing = {m: t.model for t in scenario.requests.values() for m in t.composing}
         self.controller = Controller(

@@ -30,9 +30,10 @@ def build_step_result(
     shared: bool = False,
     composing: dict[str, str] | None = None,
     goodput: bool = False,
+    input_tokens: dict[str, tuple[float, str]] | None = None,
 ) -> StepResult:
     window = got.window
-    streamed, streaming = streaming_results(window, duration_s, goodput)
+    streamed, streaming = streaming_results(window, duration_s, goodput, input_tokens or {})
     merged = window.merged()
     requests = merged.get_total_count()
     inferences = sum(window.successes(n) * b for n, b in batch_sizes.items())

@@ -36,9 +36,11 @@ def _summary(first: HdrHistogram, inter: HdrHistogram, responses: int, requests:
     return out
 
 
-def streaming_results(window: StepWindow, duration_s: float,
-                      goodput: bool) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
-    """Per decoupled template, and merged over them for the step ({} when none streamed)."""
+def streaming_results(window: StepWindow, duration_s: float, goodput: bool,
+                      input_tokens: dict[str, tuple[float, str]]
+                      ) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """Per decoupled template, and merged over them for the step ({} when none streamed).
+    `input_tokens`: an llm template's mean input tokens per request and what counted them."""
     per: dict[str, dict[str, Any]] = {}
     first_all, inter_all = new_histogram(), new_histogram()
     requests_all = 0
@@ -47,10 +49,19 @@ def streaming_results(window: StepWindow, duration_s: float,
         requests = window.successes(name)
         per[name] = _summary(first, inter, window.responses[name], requests,
                              window.good[name], duration_s, goodput)
+        if name in input_tokens:
+            mean, counted_by = input_tokens[name]
+            per[name].update(input_tokens_per_request=round(mean, 2),
+                             input_tokens_per_s=round(requests * mean / duration_s, 2)
+                             if duration_s > 0 else 0.0, input_tokens_counted_as=counted_by)
         first_all.add(first)
         inter_all.add(inter)
         requests_all += requests
     if not per:
         return per, {}
-    return per, _summary(first_all, inter_all, sum(window.responses.values()), requests_all,
-                         sum(window.good.values()), duration_s, goodput)
+    merged = _summary(first_all, inter_all, sum(window.responses.values()), requests_all,
+                      sum(window.good.values()), duration_s, goodput)
+    if any("input_tokens_per_s" in p for p in per.values()):
+        merged["input_tokens_per_s"] = round(sum(p.get("input_tokens_per_s", 0.0)
+                                                 for p in per.values()), 2)
+    return per, merged

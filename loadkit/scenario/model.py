@@ -100,6 +100,7 @@ class RequestTemplate:
     # the model streams several responses per request (a server fact, like `batched`): the
     # request is done at its final response (engine/streaming.py)
     decoupled: bool = False
+    llm: Any = None  # an `llm:` template's facts (scenario/llm.py LlmSpec): token counts
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ import numpy as np
 from loadkit.errors import suggest
 from loadkit.scenario.checks import Checker, found
 from loadkit.scenario.datasets import DatasetError, read_dataset, read_expected, size_text
+from loadkit.scenario.llm import llm_request
 from loadkit.scenario.model import (
     DATA_KINDS,
     DATASET_MAX_BYTES,
@@ -181,11 +182,16 @@ def _check_npy(ck: Checker, spec: InputSpec, path: KeyPath) -> None:
 def _template(ck: Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplate | None:
     m = ck.mapping(
         raw, path, ("model", "version", "batch_size", "inputs", "outputs", "dataset", "pool",
-                    "order", "parameters", "sequence", "composing_models", "validate"),
-        ("model", "inputs")
+                    "order", "parameters", "sequence", "composing_models", "validate", "llm"),
+        ("model",)
     )
     if m is None:
         return None
+    if "llm" in m:
+        return llm_request(ck, name, m, path, ck.choice(m, "order", path, ORDERS, "sequential"),
+                           _parameters(ck, m.get("parameters"), (*path, "parameters")))
+    if "inputs" not in m:
+        ck.add(path, "missing required key 'inputs' (or 'llm' for an LLM template)")
     model = ck.string(m.get("model"), (*path, "model"), "a model name") if "model" in m else None
     version = m.get("version", "")
     if isinstance(version, int) and not isinstance(version, bool):
@@ -439,3 +445,4 @@ def _mix(ck: Checker, raw: Any, names: list[str],
     if out and sum(out.values()) <= 0:
         ck.add(path, "the mix weights sum to 0; expected at least one weight > 0")
     return {k: v for k, v in out.items() if v > 0}
+

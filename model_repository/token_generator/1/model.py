@@ -4,7 +4,8 @@ Per execute() (a batch of requests): prefill sleeps prefill_us_per_token for eve
 of the batch (whitespace-separated words), then each request gets its first token; each further
 decode step sleeps decode_us_per_step + decode_us_per_sequence x (requests still generating) and
 gives every one of them its next token. The last token goes with the final flag, so a request
-with max_tokens = n gets exactly n responses. With stream = false the tokens are joined into one
+with max_tokens = n (TensorRT-LLM's input, or the vLLM backend's sampling_parameters JSON)
+gets exactly n responses. With stream = false the tokens are joined into one
 final response, as the vLLM backend does.
 """
 
@@ -40,6 +41,9 @@ class TritonPythonModel:
             text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
             prefill_tokens += len(text.split())
             wanted = int(_scalar(request, "max_tokens", self.default_max))
+            sampling = _scalar(request, "sampling_parameters", b"")
+            if sampling:  # the vLLM backend's spelling: {"max_tokens": N, ...}
+                wanted = int(json.loads(sampling).get("max_tokens", wanted))
             stream = bool(_scalar(request, "stream", True))
             keep_input = not bool(_scalar(request, "exclude_input_in_output", False))
             live.append({"sender": request.get_response_sender(), "left": max(1, wanted),

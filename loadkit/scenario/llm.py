@@ -1,0 +1,219 @@
+"""`llm:` request templates: an LLM served by Triton, in the vLLM backend's or TensorRT-LLM's
+input conventions, with prompts from a file or synthetic ones of a seeded length, and a
+requested output length per request. The template becomes an ordinary pool of distinct
+prepared requests (one data set entry each), so the hot path still sends prepared bytes.
+
+    llm:
+      style: vllm                 # or tensorrt_llm
+      prompts: prompts.jsonl      # or synthetic: input_tokens: {mean: 128, stddev: 32}
+      output_tokens: {mean: 64, stddev: 8}
+      count: 200                  # distinct requests (default: the file's prompts, or 100)
+      tokenizer: tokenizer.json   # optional: exact token counts (the `tokenizers` library)
+
+Without a tokenizer a token is a whitespace-separated word (what the shipped simulator counts);
+with one, synthetic prompts are cut to the exact token count and every prompt is counted.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadkit.scenario.checks import Checker, found
+from loadkit.scenario.model import DATASET_MAX_BYTES, DatasetSpec, InputSpec, RequestTemplate
+from loadkit.scenario.source import KeyPath
+
+STYLES = ("vllm", "tensorrt_llm")
+KEYS = ("style", "prompts", "input_tokens", "output_tokens", "count", "seed", "tokenizer",
+        "sampling_parameters")
+DEFAULT_COUNT = 100
+MAX_COUNT = 100_000
+# synthetic prompts draw their words from here (seeded): plain words, one token each for the
+# simulator, a few tokens each for a real tokenizer
+SENTENCE = ("the model serves requests under load while the scheduler batches tokens for every "
+            "user in the queue and the server reports its latency throughput memory and "
+            "errors so an engineer can compare configurations before a launch")
+WORDS = tuple(SENTENCE.split())
+
+
+@dataclass(frozen=True)
+class LlmSpec:
+    """What the report needs to know about an LLM template's requests."""
+
+    style: str
+    count: int
+    input_tokens_mean: float  # over the pool: what input tokens/s is computed from
+    output_tokens_mean: float  # requested (max_tokens)
+    tokens_by: str  # "words" or the tokenizer file's name
+
+
+def _lengths(ck: Checker, raw: Any, path: KeyPath) -> tuple[float, float] | None:
+    """`64` or `{mean: 64, stddev: 8}`."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        if raw >= 1:
+            return float(raw), 0.0
+        ck.add(path, f"expected a token count >= 1 or {{mean: N, stddev: S}}; found {raw}")
+        return None
+    m = ck.mapping(raw, path, ("mean", "stddev"), ("mean",))
+    if m is None or "mean" not in m:
+        return None
+    mean = ck.number(m["mean"], (*path, "mean"), 1, False)
+    sd = ck.number(m.get("stddev", 0), (*path, "stddev"), 0, False)
+    return None if mean is None or sd is None else (mean, sd)
+
+
+def _draw(rng: random.Random, mean_sd: tuple[float, float]) -> int:
+    mean, sd = mean_sd
+    return max(1, round(rng.gauss(mean, sd) if sd else mean))
+
+
+def _prompts_from(ck: Checker, name: str, path: KeyPath) -> list[str] | None:
+    """JSON Lines (a string, or an object with text_input / prompt / text) or plain text,
+    one prompt per line."""
+    file = ck.file(name, path)
+    if file is None:
+        return None
+    out = []
+    try:
+        lines = file.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        ck.add(path, f"cannot read {name}: {exc}")
+        return None
+    for i, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        if file.suffix != ".jsonl":
+            out.append(line)
+            continue
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            ck.add(path, f"{name}:{i}:{exc.colno}: {exc.msg}")
+            return None
+        if isinstance(item, dict):
+            item = next((item[k] for k in ("text_input", "prompt", "text") if k in item), None)
+        if not isinstance(item, str):
+            ck.add(path, f"{name}:{i}: expected a string or an object with text_input, prompt "
+                         f"or text; found {found(item)}")
+            return None
+        out.append(item)
+    if not out:
+        ck.add(path, f"{name}: no prompts in the file")
+        return None
+    return out
+
+
+def _tokenizer(ck: Checker, name: Any, path: KeyPath) -> Any:
+    file = ck.file(name, path)
+    if file is None:
+        return None
+    from tokenizers import Tokenizer
+
+    try:
+        return Tokenizer.from_file(str(file))
+    except Exception as exc:  # the library raises its own Exception type for a bad file
+        ck.add(path, f"{name}: not a tokenizer.json the tokenizers library can read ({exc})")
+        return None
+
+
+def llm_template(ck: Checker, raw: Any, path: KeyPath
+                 ) -> tuple[tuple[InputSpec, ...], DatasetSpec, LlmSpec] | None:
+    """The inputs, the pool of requests and the facts of an `llm:` template."""
+    m = ck.mapping(raw, path, KEYS, ("style",))
+    if m is None or "style" not in m:
+        return None
+    style = ck.choice(m, "style", path, STYLES, "vllm")
+    seed = ck.integer(m.get("seed", 0), (*path, "seed"), 0) or 0
+    tok = _tokenizer(ck, m["tokenizer"], (*path, "tokenizer")) if "tokenizer" in m else None
+    prompts = None
+    if "prompts" in m and "input_tokens" in m:
+        ck.add((*path, "input_tokens"), "prompts come from the file; expected either "
+                                        "'prompts' or 'input_tokens', found both")
+    if "prompts" in m:
+        prompts = _prompts_from(ck, m["prompts"], (*path, "prompts"))
+    inputs_len = _lengths(ck, m.get("input_tokens", 128), (*path, "input_tokens"))
+    outputs_len = _lengths(ck, m.get("output_tokens", 64), (*path, "output_tokens"))
+    default = len(prompts) if prompts else DEFAULT_COUNT
+    count = ck.integer(m.get("count", default), (*path, "count"), 1, MAX_COUNT)
+    sampling = m.get("sampling_parameters", {})
+    if not isinstance(sampling, dict):
+        ck.add((*path, "sampling_parameters"), f"expected a mapping (sent as JSON); found "
+                                               f"{found(sampling)}")
+    elif style != "vllm" and sampling:
+        ck.add((*path, "sampling_parameters"), "sampling_parameters is the vLLM backend's "
+                                               "input; expected it only with style: vllm")
+    if ("prompts" in m and prompts is None) or None in (inputs_len, outputs_len, count) or \
+            not isinstance(sampling, dict):
+        return None
+    assert inputs_len is not None and outputs_len is not None and count is not None
+    rng = random.Random(seed)
+    texts, counts, wanted = [], [], []
+    for i in range(count):
+        if prompts is not None:
+            text = prompts[i % len(prompts)]
+        else:
+            n = _draw(rng, inputs_len)
+            text = " ".join(rng.choice(WORDS) for _ in range(n))
+            if tok is not None:  # cut where the n-th token ends in the text
+                offsets = tok.encode(text).offsets
+                text = text[:offsets[min(n, len(offsets)) - 1][1]]
+        texts.append(text)
+        counts.append(len(tok.encode(text).ids) if tok is not None else len(text.split()))
+        wanted.append(_draw(rng, outputs_len))
+    specs, entries = _style_inputs(style, texts, wanted, sampling)
+    file = Path(m["prompts"]).name if prompts is not None else "synthetic prompts"
+    dataset = DatasetSpec(ck.base_dir / file, DATASET_MAX_BYTES, tuple(entries))
+    facts = LlmSpec(style, count, sum(counts) / count, sum(wanted) / count,
+                    "words" if tok is None else Path(str(m["tokenizer"])).name)
+    return specs, dataset, facts
+
+
+def _style_inputs(style: str, texts: list[str], wanted: list[int],
+                  sampling: dict[str, Any]) -> tuple[tuple[InputSpec, ...], list[dict[str, Any]]]:
+    """The backend's inputs (dims [1] each) and one entry per request."""
+    def text(value: str) -> np.ndarray:
+        return np.array([value.encode()], dtype=object)
+
+    def flag(value: bool) -> np.ndarray:
+        return np.array([value], dtype=np.bool_)
+
+    names = ["text_input", "stream", "exclude_input_in_output"]
+    names.append("sampling_parameters" if style == "vllm" else "max_tokens")
+    dtypes = {"text_input": "BYTES", "stream": "BOOL", "exclude_input_in_output": "BOOL",
+              "sampling_parameters": "BYTES", "max_tokens": "INT32"}
+    specs = tuple(InputSpec(n, dtypes[n], (1,), "dataset") for n in names)
+    entries = []
+    for t, n in zip(texts, wanted, strict=True):
+        e = {"text_input": text(t), "stream": flag(True), "exclude_input_in_output": flag(True)}
+        if style == "vllm":
+            params = {**sampling, "max_tokens": n, "ignore_eos": True}
+            e["sampling_parameters"] = text(json.dumps(params))
+        else:
+            e["max_tokens"] = np.array([n], dtype=np.int32)
+        entries.append(e)
+    return specs, entries
+
+
+def llm_request(ck: Checker, name: str, m: dict[str, Any], path: KeyPath, order: str,
+                parameters: tuple[tuple[str, Any], ...]) -> RequestTemplate | None:
+    """A template with `llm:`: its inputs and pool come from the llm section."""
+    for key in ("inputs", "dataset", "pool", "batch_size", "validate"):
+        if key in m:
+            ck.add((*path, key), f"an llm template builds its own inputs and requests; "
+                                 f"expected no '{key}'")
+    model = ck.string(m.get("model"), (*path, "model"), "a model name")
+    built = llm_template(ck, m["llm"], (*path, "llm"))
+    outputs = m.get("outputs", [])
+    if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
+        ck.add((*path, "outputs"), f"expected a list of output names; found {found(outputs)}")
+        outputs = []
+    if model is None or built is None:
+        return None
+    inputs, dataset, facts = built
+    return RequestTemplate(name, model, 1, inputs, tuple(outputs), str(m.get("version", "")),
+                           dataset=dataset, order=order, parameters=parameters, llm=facts)
