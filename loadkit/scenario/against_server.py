@@ -104,6 +104,18 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
                 )
             )
         given = {i.name: i for i in t.inputs}
+        if t.llm is not None:
+            sent = {n: dtype for n, (dtype, _) in info.inputs.items()}
+            wrong = [i.name for i in t.inputs if i.name not in sent or (
+                sent[i.name] != i.dtype and {sent[i.name], i.dtype} != {"BYTES", "STRING"})]
+            missing = [n for n in info.inputs if n not in given and n not in info.optional]
+            if wrong or missing:
+                problems.append(src.problem((*base, "llm", "style"), (
+                    f"style {t.llm.style} sends " + ", ".join(
+                        f"{i.name} ({i.dtype})" for i in t.inputs) + f"; model '{t.model}' "
+                    "takes " + ", ".join(f"{n} ({d})" for n, d in sent.items()) +
+                    "; expected a model with the style's inputs (docs/streaming.md)")))
+                continue
         for name in given:
             if name not in info.inputs:
                 hint = suggest(name, info.inputs)
