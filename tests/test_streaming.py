@@ -98,6 +98,22 @@ def test_streaming_requests_end_at_their_final_response(triton, tmp_path: Path) 
     ol = _phase(data, "open")
     assert ol["open_loop"]["scheduled"] == ol["open_loop"]["sent"] > 30
     assert ol["client"]["gen"]["first_response_us"]["p50"] >= base["first_response_us"]["p50"] * 0.8
+    # the web UI's Triton tab shows the same streaming numbers as results.json
+    from loadkit.locust.webui import triton_rows
+    from loadkit.report.units import ms
+
+    rows = {r["phase"]: r for r in triton_rows(data, None, {}) if r.get("step")}
+    st = _phase(data, "slow-decode")["streaming"]
+    row = rows["slow-decode"]
+    assert row["first_response"] == (f"{ms(st['first_response_us']['p50'])} / "
+                                     f"{ms(st['first_response_us']['p99'])}")
+    assert row["inter_response"].startswith(ms(st["inter_response_us"]["p50"]))
+    assert row["tokens_s"] == f"{st['output_tokens_per_s']:.1f}" and "%" in row["goodput"]
+    summary = (out / "summary.md").read_text()
+    assert "time to first token" in summary and ms(st["first_response_us"]["p99"]) in summary
+    assert ms(st["inter_response_us"]["p99"]) in (out / "comparison.md").read_text()
+    assert (out / "streaming_vs_load.png").stat().st_size > 10_000
+    assert "streaming_vs_load" in (out / "report.html").read_text()
 
 
 REPEAT = """

@@ -20,13 +20,17 @@ from loadkit.record import latency_summary
 from loadkit.report.compare import pct_change
 from loadkit.report.units import ms
 from loadkit.run.accounting import first_message
+from loadkit.run.streaming import streaming_results
 
 TAB_KEY = "triton"
 COLUMNS = [
     ("phase", "Phase"), ("step", "Step"), ("load", "Load"), ("status", "Status"),
     ("requests", "Requests"), ("infer_s", "infer/s"), ("p50", "p50 ms"), ("p90", "p90 ms"),
     ("p99", "p99 ms"), ("p999", "p99.9 ms"), ("errors", "Errors"), ("avg_batch", "Avg batch"),
-    ("queue_us", "Queue µs"), ("compute_us", "Compute µs"), ("delta", "vs first phase"),
+    ("queue_us", "Queue µs"), ("compute_us", "Compute µs"),
+    # streaming (decoupled) models only: time to first response, gaps, tokens/s, goodput
+    ("first_response", "First resp. p50/p99 ms"), ("inter_response", "Gap p50/p99 ms"),
+    ("tokens_s", "Tokens/s"), ("goodput", "Goodput/s"), ("delta", "vs first phase"),
     ("config", "Config overlay"),
 ]
 NOTE = (
@@ -73,6 +77,19 @@ def _latency(lat: dict[str, float]) -> dict[str, str]:
     return {k: ms(lat[k]) for k in ("p50", "p90", "p99", "p999")}
 
 
+def _streaming(st: dict[str, Any] | None) -> dict[str, str]:
+    """A streaming step's TTFT, ITL, tokens/s and goodput ('-' for other models)."""
+    if not st:
+        return dict.fromkeys(("first_response", "inter_response", "tokens_s", "goodput"), "-")
+    first, gap, good = st["first_response_us"], st["inter_response_us"], st.get("goodput")
+    return {
+        "first_response": f"{ms(first['p50'])} / {ms(first['p99'])}",
+        "inter_response": f"{ms(gap['p50'])} / {ms(gap['p99'])}",
+        "tokens_s": f"{st['output_tokens_per_s']:.1f}",
+        "goodput": f"{good['per_s']:.1f} ({good['ratio']:.0%})" if good else "-",
+    }
+
+
 def triton_rows(results: dict[str, Any], live: dict[str, Any] | None,
                 overlays: dict[str, dict[str, Any]], stage: str = "") -> list[dict[str, Any]]:
     """One row per measured step, plus the step in progress and a first row that says what
@@ -98,7 +115,8 @@ def triton_rows(results: dict[str, Any], live: dict[str, Any] | None,
                 "phase": phase["name"], "step": s["index"] + 1, "load": label,
                 "status": _status(s), "requests": s["requests"],
                 "infer_s": f"{s['throughput']:.1f}", **_latency(s["latency_us"]),
-                "errors": _errors(s), **_server_fields(s), "delta": delta,
+                "errors": _errors(s), **_server_fields(s), **_streaming(s.get("streaming")),
+                "delta": delta,
                 "config": _config(overlays.get(phase["name"], {})),
             })
     if live is not None:
@@ -121,6 +139,7 @@ def live_row(status: dict[str, Any], batch_sizes: dict[str, int]) -> dict[str, A
         "requests": merged.get_total_count(), "infer_s": f"{inferences / elapsed:.1f}",
         **_latency(latency_summary(merged)), "errors": window.error_count(),
         "avg_batch": "", "queue_us": "", "compute_us": "", "delta": "live",
+        **_streaming(streaming_results(window, elapsed, False, {})[1]),
     }
 
 

@@ -33,6 +33,8 @@ class Point:
     queue_us: float | None
     compute_us: float | None
     histogram: HdrHistogram | None = field(default=None, repr=False, compare=False)
+    # a streaming step's first_response_us, inter_response_us, tokens/s, goodput (or {})
+    streaming: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -145,6 +147,7 @@ def _entry(label: str, phase: dict[str, Any], hists: dict[str, dict[str, str]]) 
                 queue_us=queue,
                 compute_us=compute,
                 histogram=h if h.get_total_count() else None,
+                streaming=s.get("streaming", {}),
             )
         )
     return Entry(label, phase["status"], phase["reason"], phase.get("reload_s", {}), tuple(points))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadkit.report import streaming
-from loadkit.report.compare import Comparison, highlights, load_label
+from loadkit.report.compare import Comparison, highlights, load_label, pct_change
 from loadkit.report.units import ms
 from loadkit.run.accounting import first_message
 from loadkit.run.slo import fmt_value
@@ -219,6 +219,34 @@ def _delta(v: float | None) -> str:
     return "-" if v is None else f"{v:+.1f}%"
 
 
+def _streaming_comparison(cmp: Comparison) -> list[str]:
+    """Streaming phases: TTFT, ITL and tokens/s beside the reference's at the same load."""
+    rows = [r for r in cmp.rows if r.point.streaming]
+    if not rows:
+        return []
+    out = ["Streaming: time to first response and gaps between responses (p99, ms), output "
+           "tokens/s (one response = one token), goodput; Δ versus the reference at the same "
+           "load.", "",
+           "| load | phase | first resp. p99 | Δ | gap p99 | Δ | tokens/s | Δ | goodput/s |",
+           "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    ref = {r.load: r.point.streaming for r in rows if r.entry == cmp.reference}
+    for r in rows:
+        st, base = r.point.streaming, ref.get(r.load)
+        first, gap = st["first_response_us"]["p99"], st["inter_response_us"]["p99"]
+        tokens = st["output_tokens_per_s"]
+        good = st.get("goodput")
+
+        was = (base["first_response_us"]["p99"], base["inter_response_us"]["p99"],
+               base["output_tokens_per_s"]) if base and r.entry != cmp.reference else (
+                   None, None, None)
+        d = [_delta(pct_change(now, w)) if w is not None else "-"
+             for now, w in zip((first, gap, tokens), was, strict=True)]
+        out.append(
+            f"| {r.load} | {r.entry} | {ms(first)} | {d[0]} | {ms(gap)} | {d[1]} | "
+            f"{tokens:.1f} | {d[2]} | {_num(good['per_s'] if good else None, '.1f')} |")
+    return [*out, ""]
+
+
 def comparison_table(cmp: Comparison) -> str:
     """comparison.md: one row per phase at each load level, with the change vs the reference."""
     out = [f"# Comparison: {cmp.title}", ""]
@@ -245,6 +273,7 @@ def comparison_table(cmp: Comparison) -> str:
                 f"{_num(p.compute_us, '.0f')} | {p.errors} |"
             )
         out.append("")
+        out += _streaming_comparison(cmp)
         out += [f"- {pre}**{label}**{post}" for pre, label, post in highlights(cmp)]
         reloads = [
             f"{e.label} {', '.join(f'{m} {s:.2f} s' for m, s in e.reload_s.items())}"

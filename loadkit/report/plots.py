@@ -94,6 +94,26 @@ def latency_spectrum(cmp: Comparison) -> bytes:
     return _png(fig)
 
 
+def streaming_vs_load(cmp: Comparison) -> bytes:
+    """Streaming phases: p99 time to first response and output tokens/s against load."""
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
+    for e in cmp.measured:
+        pts = sorted((p for p in e.points if p.streaming), key=lambda p: p.load_key)
+        xs = [p.load_key[0] if p.load_key else i for i, p in enumerate(pts)]
+        left.plot(xs, [p.streaming["first_response_us"]["p99"] / 1000 for p in pts],
+                  marker="o", label=e.label)
+        right.plot(xs, [p.streaming["output_tokens_per_s"] for p in pts], marker="o",
+                   label=e.label)
+    for ax, ylabel, title in ((left, "first response p99 (ms)", "Time to first response"),
+                              (right, "output tokens/s", "Tokens/s (one response = one)")):
+        ax.set_xlabel("load")
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+    return _png(fig)
+
+
 PLOTS = {
     "throughput_vs_concurrency.png": throughput_vs_load,
     "p99_vs_throughput.png": p99_vs_throughput,
@@ -105,7 +125,10 @@ def render_plots(cmp: Comparison) -> dict[str, bytes]:
     """{file name: PNG bytes}; empty when nothing was measured."""
     if not cmp.measured:
         return {}
-    return {name: fn(cmp) for name, fn in PLOTS.items()}
+    out = {name: fn(cmp) for name, fn in PLOTS.items()}
+    if any(p.streaming for e in cmp.measured for p in e.points):
+        out["streaming_vs_load.png"] = streaming_vs_load(cmp)
+    return out
 
 
 def capacity_search(cap: dict[str, Any]) -> bytes:
