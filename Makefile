@@ -41,6 +41,7 @@ test-fast: setup
 bench: setup
 	bash bench/setup_perf_analyzer.sh
 	$(BIN)/python bench/run.py
+	$(BIN)/python bench/streaming.py
 
 # 1 vs N worker processes (Locust master + workers): throughput, CPU per request, rate split.
 bench-scaling: setup

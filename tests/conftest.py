@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def triton(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedServer:
     log = tmp_path_factory.mktemp("triton") / "tritonserver.log"
     server = EmbeddedServer(models=("dense", "cnn", "add_sub", "accumulate", "repeat", "blob",
-                                    "text_classifier", "image_pipeline", "token_generator"),
+                                    "text_classifier", "image_pipeline"),
                             log_path=log)
     server.start()
     yield server

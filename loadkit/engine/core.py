@@ -2,18 +2,14 @@
 speaks gRPC over one HTTP/2 connection (transport/wire.py).
 
 Why not in the Locust user's greenlet: grpc under gevent cost several times perf_analyzer's
-client CPU per inference, and on a shared box every client microsecond is taken from the server
-under test (docs/performance.md has the measurements). Here each Locust user owns one *lane*: a
-coroutine on the engine's loop that waits at the gate and runs the load model's lane runner
-(loads/: closed loop, open-loop schedule), a chain of callbacks over `send` and `count`. The
-user's greenlet only opens and closes its lane, so gevent never touches a request; completions
-reach Locust's statistics in batches (`pump`), and latencies go into the HDR window on the
-engine thread, where they are measured.
+client CPU per inference (docs/performance.md). Each Locust user owns one *lane*: a coroutine on
+the engine's loop that waits at the gate and runs the load model's lane runner (loads/), a chain
+of callbacks over `send` and `count`; gevent never touches a request. Latencies go into the HDR
+window on the engine thread, where they are measured; completions reach Locust in batches.
 
-Thread boundaries are explicit: the main thread (gevent hub: Locust, conductor, web UI) talks to
-the engine only through `call_soon_threadsafe` (`on_loop` waits for an answer), thread-safe
-deques and `threading.Event`s. The HDR window is read only on the engine thread, or after the
-gate has drained.
+The main thread (gevent hub: Locust, conductor, web UI) talks to the engine only through
+`call_soon_threadsafe` (`on_loop` waits for an answer), thread-safe deques and
+`threading.Event`s. The HDR window is read only on the engine thread, or after the gate drained.
 """
 
 from __future__ import annotations
@@ -314,6 +310,13 @@ class Engine:
     def _put(self, slot: Slot, conn: Connection, payload: bytes) -> None:
         unary = self.unary
         call = slot.call
+        decoupled = slot.stream is not None
+        if call is not None and slot.call_decoupled != decoupled and slot.conn is conn:
+            # a decoupled and a plain model's requests never share a stream (Triton 2.51
+            # crashed so: docs/streaming.md); the idle one ends, this kind gets its own
+            conn.send(call, b"", end_stream=True)
+            call = slot.call = None
+        slot.call_decoupled = decoupled
         if unary or call is None or call.ended or slot.conn is not conn:
             if call is not None and slot.conn is not None and not call.ended:
                 slot.conn.cancel(call, InferError("CANCELLED", "moved to a new connection"))

@@ -9,9 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from loadkit.engine.streaming import response_kind
+from loadkit.engine.streaming import ERROR_FIELD_TAG, FINAL, response_kind
 from loadkit.transport.call import Call, InferError, Reply
 from loadkit.transport.wire import Connection
+
+ERROR_BYTE = ERROR_FIELD_TAG[0]
 
 
 class Result(NamedTuple):
@@ -49,7 +51,10 @@ class Responses:
 
     def take(self, message: bytes, now_ns: int) -> bool:
         """Note one message of the request's stream; True when it ends the request."""
-        ends, counts = response_kind(message)
+        if message[0] != ERROR_BYTE and FINAL not in message:  # the common case: parse nothing
+            ends, counts = False, True
+        else:
+            ends, counts = response_kind(message)
         if counts:
             if self.count:
                 self.gaps.append((now_ns - self.last_ns) // 1000)
@@ -90,6 +95,7 @@ class Slot:
     payload: bytes = b""  # the request in flight, sent again if the server refuses its stream
     check: tuple[int, int] | None = None  # (template, pool entry) whose outputs to validate
     stream: Responses | None = None  # a decoupled model's request: its streamed responses
+    call_decoupled: bool = False  # the stream `call` carries a decoupled model's requests
 
 
 @dataclass(eq=False)

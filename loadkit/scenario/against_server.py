@@ -75,6 +75,12 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
                             "stream, found unary")
             )
             continue
+        if info.decoupled and (t.validate or t.sequence is not None):
+            key = "validate" if t.validate else "sequence"
+            problems.append(src.problem((*base, key), f"model '{t.model}' is decoupled; loadkit "
+                                        f"does not combine streaming with '{key}' yet; "
+                                        f"expected no '{key}'"))
+            continue
         if info.sequence and t.sequence is None:
             problems.append(
                 src.problem((*base, "model"), f"model '{t.model}' uses sequence batching "

@@ -202,7 +202,7 @@ def _style_inputs(style: str, texts: list[str], wanted: list[int],
 def llm_request(ck: Checker, name: str, m: dict[str, Any], path: KeyPath, order: str,
                 parameters: tuple[tuple[str, Any], ...]) -> RequestTemplate | None:
     """A template with `llm:`: its inputs and pool come from the llm section."""
-    for key in ("inputs", "dataset", "pool", "batch_size", "validate"):
+    for key in ("inputs", "dataset", "pool", "batch_size", "validate", "sequence"):
         if key in m:
             ck.add((*path, key), f"an llm template builds its own inputs and requests; "
                                  f"expected no '{key}'")
@@ -212,8 +212,14 @@ def llm_request(ck: Checker, name: str, m: dict[str, Any], path: KeyPath, order:
     if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
         ck.add((*path, "outputs"), f"expected a list of output names; found {found(outputs)}")
         outputs = []
+    composing = m.get("composing_models", [])
+    if not isinstance(composing, list) or not all(isinstance(c, str) and c for c in composing):
+        ck.add((*path, "composing_models"), f"expected a list of model names; found "
+                                            f"{found(composing)}")
+        composing = []
     if model is None or built is None:
         return None
     inputs, dataset, facts = built
     return RequestTemplate(name, model, 1, inputs, tuple(outputs), str(m.get("version", "")),
-                           dataset=dataset, order=order, parameters=parameters, llm=facts)
+                           dataset=dataset, order=order, parameters=parameters, llm=facts,
+                           composing=tuple(composing))

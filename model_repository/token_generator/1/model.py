@@ -5,7 +5,8 @@ of the batch (whitespace-separated words), then each request gets its first toke
 decode step sleeps decode_us_per_step + decode_us_per_sequence x (requests still generating) and
 gives every one of them its next token. The last token goes with the final flag, so a request
 with max_tokens = n (TensorRT-LLM's input, or the vLLM backend's sampling_parameters JSON)
-gets exactly n responses. With stream = false the tokens are joined into one
+gets exactly n responses. Request parameters `prefill_us_per_token` and `decode_us_per_step`
+override the config's for that request (a decode step takes the slowest in the batch). With stream = false the tokens are joined into one
 final response, as the vLLM backend does.
 """
 
@@ -35,11 +36,17 @@ class TritonPythonModel:
 
     def execute(self, requests):
         live = []
-        prefill_tokens = 0
+        prefill_s = 0.0
+        step_s, per_seq_s = self.step_s, self.per_seq_s
         for request in requests:
+            # a request parameter may set this request's clock (tests compare two clocks on one
+            # loaded model); a decode step is the batch's, so it takes the slowest asked for
+            own = json.loads(request.parameters() or "{}")
+            step_s = max(step_s, float(own.get("decode_us_per_step", 0)) / 1e6)
             text = _scalar(request, "text_input", b"")
             text = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
-            prefill_tokens += len(text.split())
+            prefill_s += len(text.split()) * float(
+                own.get("prefill_us_per_token", self.prefill_s * 1e6)) / 1e6
             wanted = int(_scalar(request, "max_tokens", self.default_max))
             sampling = _scalar(request, "sampling_parameters", b"")
             if sampling:  # the vLLM backend's spelling: {"max_tokens": N, ...}
@@ -48,7 +55,7 @@ class TritonPythonModel:
             keep_input = not bool(_scalar(request, "exclude_input_in_output", False))
             live.append({"sender": request.get_response_sender(), "left": max(1, wanted),
                          "n": 0, "stream": stream, "words": [text] if keep_input else []})
-        time.sleep(prefill_tokens * self.prefill_s)
+        time.sleep(prefill_s)
         while live:
             for seq in live:
                 seq["n"] += 1
@@ -64,7 +71,7 @@ class TritonPythonModel:
                         self._send(seq["sender"], "".join(seq["words"]), flags)
             live = [s for s in live if s["left"] > 0]
             if live:
-                time.sleep(self.step_s + self.per_seq_s * len(live))
+                time.sleep(step_s + per_seq_s * len(live))
         return None
 
     @staticmethod
