@@ -109,6 +109,8 @@ class StepWindow:
     inter_response: dict[str, HdrHistogram] = field(default_factory=dict)
     responses: Counter[str] = field(default_factory=Counter)
     good: Counter[str] = field(default_factory=Counter)
+    # requests the template's `cancel:` cancelled after their first responses (not errors)
+    cancelled: Counter[str] = field(default_factory=Counter)
 
     def streamed(self, template: str, first_us: int, gaps: list[int], responses: int,
                  latency_us: int, goodput: tuple[int, int, int] | None) -> None:
@@ -196,6 +198,13 @@ class StepWindow:
     def encoded_service(self) -> dict[str, str]:
         return {name: encode(h) for name, h in self.service.items()}
 
+    def copy(self) -> StepWindow:
+        """A window with the same samples and counts (a live copy, or one handed over while
+        requests still write into this one)."""
+        twin = StepWindow(self.step)
+        twin.add_wire(self.to_wire())
+        return twin
+
     def to_wire(self) -> dict[str, Any]:
         """Everything the window holds, as plain data a Locust message can carry."""
         return {
@@ -215,6 +224,7 @@ class StepWindow:
             "inter_response": {n: encode(h) for n, h in self.inter_response.items()},
             "responses": dict(self.responses),
             "good": dict(self.good),
+            "cancelled": dict(self.cancelled),
         }
 
     def add_wire(self, data: dict[str, Any]) -> None:
@@ -234,6 +244,7 @@ class StepWindow:
         self.dropped.update(data["dropped"])
         self.responses.update(data.get("responses", {}))
         self.good.update(data.get("good", {}))
+        self.cancelled.update(data.get("cancelled", {}))
         self.late.update(data["late"])
         self.out_of_range += int(data["out_of_range"])
         self.own_us += int(data.get("own_us", 0))

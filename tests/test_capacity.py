@@ -210,7 +210,7 @@ def test_capacity_search_is_stable_and_its_answer_holds_as_a_fixed_rate(triton, 
 
 
 @pytest.mark.parametrize(("flags", "message"), [
-    (["--slo", "p99>5"], "--slo: cannot read 'p99>5'"),
+    (["--slo", "p99>5"], "--slo: 'p99>5': goodput_min takes '>' (a floor)"),
     (["--slo", "p99<5ms", "--headroom", "1.5"], "--headroom: expected a fraction in [0, 1)"),
     (["--slo", "p99<5ms", "--peak", "lots"], "--peak: expected a rate above 0"),
 ])

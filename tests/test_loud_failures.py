@@ -99,11 +99,11 @@ phases:
 
 
 @pytest.mark.parametrize("model,inputs,what", [
+    # (decoupled models are measured now: tests/test_streaming.py; a decoupled model over
+    # unary transport is refused in tests/bad_scenarios/server/09)
     ("accumulate", "{INPUT0: {dtype: INT32, shape: [1]}}", "sequence batching"),
-    ("repeat", "{IN: {dtype: INT32, shape: [4]}, DELAY_MS: {dtype: INT32, shape: [1]}}",
-     "decoupled"),
 ])
-def test_models_loadkit_cannot_measure_yet_are_refused_before_any_load(
+def test_models_loadkit_cannot_measure_as_written_are_refused_before_any_load(
         triton, control, tmp_path, model, inputs, what) -> None:
     before = control.counters((model,))[model]
     proc = loadkit("run", str(write(tmp_path / "s.yaml", STATEFUL.format(model=model,

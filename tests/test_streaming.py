@@ -275,3 +275,46 @@ def test_an_llm_template_streams_its_requested_tokens_in_an_open_loop(stream_tri
         len(str(p if isinstance(p, str) else next(iter(p.values()))).split())
         for p in (prompts * 14)[:40]) / 40
     assert results(out)["thresholds"][0]["status"] == "pass"
+
+
+CANCEL = f"""
+name: cancel
+requests:
+  gen:
+    model: token_generator
+    parameters: {{decode_us_per_step: 5000}}
+    cancel: {{after: 3, share: 50%}}
+    inputs:
+      text_input: {{dtype: BYTES, shape: [1], data: constant, value: "{PROMPT}"}}
+      max_tokens: {{dtype: INT32, shape: [1], data: constant, value: 12}}
+phases:
+  - name: c
+    load: {{concurrency: 2, step_duration: 3s, warmup: 0.3s}}
+"""
+
+
+def test_a_share_of_requests_is_cancelled_after_its_first_responses(stream_triton,
+                                                                   tmp_path: Path) -> None:
+    """cancel: {after: 3, share: 50%}: about half the requests are cancelled by the client
+    after 3 responses (their streams reset, so Triton cancels them), counted apart from
+    successes and errors; the rest stream all 12 responses; every request is accounted for."""
+    out = tmp_path / "r"
+    proc = loadkit("run", str(write(tmp_path / "s.yaml", CANCEL)), "--target",
+                   stream_triton.grpc_address, "--metrics", stream_triton.metrics_url,
+                   "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    step = results(out)["phases"][0]["steps"][0]
+    c = step["client"]["gen"]
+    assert step["accounting"]["status"] == "ok", step["accounting"]
+    assert not step["errors"], step["error_messages"]
+    done, cancelled = c["requests"], c["cancelled"]
+    assert 0.3 < cancelled / (done + cancelled) < 0.7, (done, cancelled)
+    assert c["responses"] == 12 * done  # only completed requests' responses are counted
+    assert step["streaming"]["cancelled"] == cancelled
+    # Triton counts a cancelled request its model ended (is_cancelled -> final flag) as a
+    # success: every request sent is one of the server's, cancelled or not
+    server = step["server"]["token_generator"]
+    assert server["success"] + server["fail"] == done + cancelled, (server, done, cancelled)
+    canceled_metric = step["metrics"]["models"]["token_generator"]["request_failure:CANCELED"]
+    summary = (out / "summary.md").read_text()
+    assert "cancelled (Triton)" in summary and f"| {cancelled} ({canceled_metric:.0f}) |" in summary

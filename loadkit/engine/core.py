@@ -31,7 +31,7 @@ from tritonclient.grpc import service_pb2
 from loadkit.engine.eventloop import new_event_loop
 from loadkit.engine.pools import Pools
 from loadkit.engine.slots import Completion, Done, Lane, Responses, Result, Slot
-from loadkit.engine.streaming import ERROR_FIELD_TAG
+from loadkit.engine.streaming import CANCELLED_HERE, ERROR_FIELD_TAG
 from loadkit.record import Recorder, StepWindow
 from loadkit.scenario import TargetSpec
 from loadkit.transport.call import InferError, StreamsFull
@@ -70,8 +70,9 @@ class Engine:
         self.payloads = self.requests.first  # the first of each template's (often the only)
         self.draw = self.requests.draw
         self.epoch = 0  # the drive bumps it at a new phase: open sequences end there
-        # per template: a decoupled model's, whose requests end at their final response
-        self.streaming = [False] * len(names)
+        # per template: -1 for a decoupled model's (its requests end at their final response)
+        self.streaming = [0] * len(names)
+        self.cancel: list[tuple[int, float] | None] = [None] * len(names)  # (after, share)
         # goodput thresholds in µs (first response, mean gap, latency); None: not asked
         self.goodput: tuple[int, int, int] | None = None
         self.names = list(names)
@@ -102,18 +103,16 @@ class Engine:
     def start(self) -> None:
         if self._thread is not None:
             return
-        self._thread = threading.Thread(
-            target=self._thread_main, name="loadkit-engine", daemon=True
-        )
+        self._thread = threading.Thread(target=self._thread_main, name="loadkit-engine",
+                                        daemon=True)
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("the loadkit engine thread did not start")
 
     def _post(self, fn: Callable[..., Any], *args: Any) -> None:
-        if self.loop is None or self._stopped:
-            return
-        with contextlib.suppress(RuntimeError):  # the loop closed at shutdown
-            self.loop.call_soon_threadsafe(fn, *args)
+        if self.loop is not None and not self._stopped:
+            with contextlib.suppress(RuntimeError):  # the loop closed at shutdown
+                self.loop.call_soon_threadsafe(fn, *args)
 
     def add_lane(self, rng: random.Random) -> Lane:
         self.start()
@@ -155,14 +154,7 @@ class Engine:
 
     def live_copy(self) -> StepWindow | None:
         """A copy of the open window, made on the engine thread (None between windows)."""
-        def copy() -> StepWindow | None:
-            window = self.recorder.window
-            if window is None:
-                return None
-            twin = StepWindow(window.step)
-            twin.add_wire(window.to_wire())
-            return twin
-        return self.on_loop(copy)
+        return self.on_loop(lambda: self.recorder.window and self.recorder.window.copy())
 
     def open_gate(self) -> None:
         self._gate_open = True
@@ -264,7 +256,11 @@ class Engine:
             lane.slot.done = None  # a request cut off here is not counted (the user stopped)
             self._abandon(lane.slot, "CANCELLED", "the user stopped")
 
-    def send(self, slot: Slot, payload: bytes, done: Done, streaming: bool = False) -> None:
+    def stream_mode(self, i: int, rng: random.Random) -> int:
+        """A decoupled template's request: -1 to its end, N: cancel it after N responses."""
+        return c[0] if (c := self.cancel[i]) is not None and rng.random() < c[1] else -1
+
+    def send(self, slot: Slot, payload: bytes, done: Done, streaming: int = 0) -> None:
         """(Engine thread.) Start one request on the slot: on its own bidirectional stream
         (opened on first use, and again after a deadline, a reset or a lost connection), or
         with `unary` as one ModelInfer call. `done(Result)` runs on the loop when it ends,
@@ -275,7 +271,7 @@ class Engine:
         if streaming:
             if slot.stream is None:
                 slot.stream = Responses()
-            slot.stream.reset()
+            slot.stream.reset(max(streaming, 0))
         else:
             slot.stream = None
         self.inflight += 1
@@ -365,9 +361,11 @@ class Engine:
         end_ns = time.perf_counter_ns()
         stream = slot.stream
         if stream is not None and message is not None and not stream.take(message, end_ns):
-            if slot.call is not None:  # more responses to come for this request
+            if stream.cancel_after and stream.count >= stream.cancel_after and slot.call:
+                error = CANCELLED_HERE  # the client's cancel: its stream is reset below
+            elif slot.call is not None:  # more responses to come for this request
                 slot.call.wait(slot.reply)  # type: ignore[arg-type]
-            return
+                return
         sent_ns = slot.sent_ns
         latency_us = (end_ns - sent_ns) // 1000
         own_us = 0
@@ -411,7 +409,9 @@ class Engine:
         `service_us` the latency from the actual send where the two differ."""
         error = result.error
         if window is not None:
-            if error is None:
+            if error is CANCELLED_HERE:
+                window.cancelled[name] += 1  # asked for: counted apart, not an error
+            elif error is None:
                 window.record(name, latency_us, service_us)
                 window.own_us += result.own_us
                 if result.gaps is not None:  # a decoupled model's: first response as latency

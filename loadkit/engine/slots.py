@@ -37,17 +37,19 @@ Done = Callable[[Result], None]
 class Responses:
     """One slot's streamed responses for the request in flight (engine/streaming.py)."""
 
-    __slots__ = ("count", "first_ns", "last_ns", "gaps")
+    __slots__ = ("count", "first_ns", "last_ns", "gaps", "cancel_after")
 
     def __init__(self) -> None:
+        self.cancel_after = 0  # cancel the request after this many responses (0: never)
         self.count = 0
         self.first_ns = 0
         self.last_ns = 0
         self.gaps: list[int] = []  # µs between consecutive responses
 
-    def reset(self) -> None:
+    def reset(self, cancel_after: int = 0) -> None:
         self.count = 0
         self.gaps = []
+        self.cancel_after = cancel_after
 
     def take(self, message: bytes, now_ns: int) -> bool:
         """Note one message of the request's stream; True when it ends the request."""

@@ -12,10 +12,16 @@ from __future__ import annotations
 
 from tritonclient.grpc import service_pb2
 
+from loadkit.transport.call import InferError
+
 # the serialized map entry of a true `triton_final_response` (InferParameter.bool_param = 1);
 # a false one ends in \x08\x00
 FINAL = b"\x0a\x15triton_final_response\x12\x02\x08\x01"
 ERROR_FIELD_TAG = b"\x0a"  # ModelStreamInferResponse field 1 (error_message), serialized first
+# a request the scenario asked to cancel after N responses (`cancel:`): its stream is reset
+# (Triton cancels the request) and it is counted apart from successes and errors
+CANCELLED_HERE = InferError("CANCELLED", "cancelled by loadkit after its first responses "
+                                         "(the template's cancel:)")
 
 
 def response_kind(message: bytes) -> tuple[bool, bool]:

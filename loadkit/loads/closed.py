@@ -39,7 +39,8 @@ async def run_closed(engine: Engine, lane: Lane) -> None:
         if window is not None:
             window.sent += 1
         payload = payloads[i] if draw is None else draw(i, rng, window)
-        engine.send(slot, payload, functools.partial(finished, i, window), streaming[i])
+        engine.send(slot, payload, functools.partial(finished, i, window),
+                    streaming[i] and engine.stream_mode(i, rng))
 
     def finished(i: int, window: StepWindow | None, result: Result) -> None:
         nonlocal pause

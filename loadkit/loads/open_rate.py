@@ -91,7 +91,8 @@ async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals,
             in_flight += 1
             payload = payloads[i] if draw is None else draw(i, lane.rng, window)
             engine.send(slot, payload, functools.partial(
-                finished, slot, names[i], scheduled_ns, window), streaming[i])
+                finished, slot, names[i], scheduled_ns, window),
+                streaming[i] and engine.stream_mode(i, lane.rng))
         if conn is not None:
             conn.corked = False
             conn.flush()

@@ -99,7 +99,9 @@ class LocalDrive:
             scenario.target.transport,
             precise_timers=any(step.arrivals is not None for step in plan.steps),
         )
-        self.engine.streaming = [scenario.requests[n].decoupled for n in names]
+        # -1: a decoupled model's request, read to its end (stream_mode may cancel it sooner)
+        self.engine.streaming = [-1 if scenario.requests[n].decoupled else 0 for n in names]
+        self.engine.cancel = [scenario.requests[n].cancel for n in names]
         g = scenario.goodput
         if g is not None:
             self.engine.goodput = (int(min(g.first_response_us, 2**62)),
@@ -185,11 +187,7 @@ class LocalDrive:
         """(Engine thread.) Close the window; if requests are still in flight (the drain timed
         out) they would go on writing into it, so the caller gets a copy."""
         window = self.recorder.close()
-        if window is None or drained:
-            return window
-        twin = StepWindow(window.step)
-        twin.add_wire(window.to_wire())
-        return twin
+        return window if window is None or drained else window.copy()
 
     def live_window(self) -> StepWindow | None:
         return self.engine.live_copy()

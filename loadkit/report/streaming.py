@@ -12,12 +12,23 @@ from loadkit.report.units import ms
 
 HEADER = ("load", "requests/s", "first resp. p50", "first resp. p99", "gap p50", "gap p99",
           "responses/request", "tokens/s", "tokens/s per request", "input tokens/s",
-          "goodput/s")
+          "goodput/s", "cancelled (Triton)")
 NOTE = ("Streaming (decoupled model): a request ends at its final response; latencies above "
         "run to it. First response = time to first token, gap = time between consecutive "
         "responses (inter-token latency), in ms; one streamed response counts as one output "
         "token (input tokens: as the llm template counted them, words or its tokenizer). "
         "Goodput: requests that met every `goodput` limit, per second (share).")
+
+
+def _cancelled(step: dict[str, Any]) -> str:
+    """Requests the scenario cancelled, and beside them Triton's own count of cancelled
+    requests (its request_failure metric with reason CANCELED), where the metrics were read."""
+    n = step["streaming"].get("cancelled", 0)
+    if not n:
+        return "-"
+    models = step.get("metrics", {}).get("models", {})
+    seen = sum(int(m.get("request_failure:CANCELED", 0)) for m in models.values())
+    return f"{n} ({seen})" if models else str(n)
 
 
 def rows(steps: list[dict[str, Any]]) -> list[tuple[str, ...]]:
@@ -33,7 +44,7 @@ def rows(steps: list[dict[str, Any]]) -> list[tuple[str, ...]]:
             ms(first["p99"]), ms(gap["p50"]), ms(gap["p99"]), f"{st['responses_per_request']:g}",
             f"{st['output_tokens_per_s']:.1f}", f"{st['output_tokens_per_s_per_request']:.1f}",
             f"{st['input_tokens_per_s']:.1f}" if "input_tokens_per_s" in st else "-",
-            f"{good['per_s']:.1f} ({good['ratio']:.0%})" if good else "-",
+            f"{good['per_s']:.1f} ({good['ratio']:.0%})" if good else "-", _cancelled(s),
         ))
     return out
 

@@ -54,9 +54,10 @@ def build_step_result(
                 "sequence_latency_us": latency_summary(window.sequences[name])}
                if name in window.sequences else {}),
             **streamed.get(name, {}),
+            **({"cancelled": window.cancelled[name]} if window.cancelled.get(name) else {}),
         }
         for name in batch_sizes
-        if window.successes(name) or window.errors.get(name)
+        if window.successes(name) or window.errors.get(name) or window.cancelled.get(name)
     }
     server: dict[str, Any] = {}
     metrics: dict[str, Any] = {}

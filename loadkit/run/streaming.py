@@ -61,6 +61,8 @@ def streaming_results(window: StepWindow, duration_s: float, goodput: bool,
         return per, {}
     merged = _summary(first_all, inter_all, sum(window.responses.values()), requests_all,
                       sum(window.good.values()), duration_s, goodput)
+    if window.cancelled:
+        merged["cancelled"] = sum(window.cancelled.values())
     if any("input_tokens_per_s" in p for p in per.values()):
         merged["input_tokens_per_s"] = round(sum(p.get("input_tokens_per_s", 0.0)
                                                  for p in per.values()), 2)

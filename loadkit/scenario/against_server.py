@@ -75,6 +75,10 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
                             "stream, found unary")
             )
             continue
+        if t.cancel is not None and not info.decoupled:
+            problems.append(src.problem((*base, "cancel"), f"model '{t.model}' is not decoupled "
+                                        "(one response a request); expected 'cancel' only for "
+                                        "a streaming model"))
         if info.decoupled and (t.validate or t.sequence is not None):
             key = "validate" if t.validate else "sequence"
             problems.append(src.problem((*base, key), f"model '{t.model}' is decoupled; loadkit "

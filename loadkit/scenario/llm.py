@@ -16,6 +16,8 @@ with one, synthetic prompts are cut to the exact token count and every prompt is
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import random
 from dataclasses import dataclass
@@ -223,3 +225,26 @@ def llm_request(ck: Checker, name: str, m: dict[str, Any], path: KeyPath, order:
     return RequestTemplate(name, model, 1, inputs, tuple(outputs), str(m.get("version", "")),
                            dataset=dataset, order=order, parameters=parameters, llm=facts,
                            composing=tuple(composing))
+
+
+def with_cancel(ck: Checker, raw: Any, path: KeyPath,
+                template: RequestTemplate | None) -> RequestTemplate | None:
+    """`cancel: {after: 3, share: 10%}`: that share of the template's requests (drawn per
+    request, seeded) is cancelled by the client after its first N responses (a decoupled
+    model's; checked against the server)."""
+    if template is None or not isinstance(raw, dict) or "cancel" not in raw:
+        return template
+    p = (*path, "cancel")
+    m = ck.mapping(raw["cancel"], p, ("after", "share"), ("after",))
+    if m is None or "after" not in m:
+        return template
+    after = ck.integer(m["after"], (*p, "after"), 1)
+    share = m.get("share", 1.0)
+    if isinstance(share, str) and share.endswith("%"):
+        with contextlib.suppress(ValueError):
+            share = float(share[:-1]) / 100
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 < share <= 1:
+        ck.add((*p, "share"), f"expected a share above 0 and at most 1 (or 100%); found "
+                              f"{found(m.get('share'))}")
+        return template
+    return None if after is None else dataclasses.replace(template, cancel=(after, float(share)))

@@ -101,6 +101,8 @@ class RequestTemplate:
     # request is done at its final response (engine/streaming.py)
     decoupled: bool = False
     llm: Any = None  # an `llm:` template's facts (scenario/llm.py LlmSpec): token counts
+    # decoupled models: (after N responses, share of requests) cancelled by the client
+    cancel: tuple[int, float] | None = None
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from typing import Any
 
 from loadkit.errors import ScenarioError
 from loadkit.scenario.checks import Checker, found
+from loadkit.scenario.llm import with_cancel
 from loadkit.scenario.model import (
     ConcurrencyLoad,
     Goodput,
@@ -51,7 +52,8 @@ def load_scenario(path: str | Path) -> Scenario:
             )
         else:
             for rname, rraw in raw_requests.items():
-                t = _template(ck, rname, rraw, ("requests", rname))
+                t = with_cancel(ck, rraw, ("requests", rname),
+                                _template(ck, rname, rraw, ("requests", rname)))
                 if t is not None:
                     requests[rname] = t
     names = list(raw_requests) if isinstance(raw_requests, dict) else []

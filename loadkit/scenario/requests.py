@@ -182,7 +182,8 @@ def _check_npy(ck: Checker, spec: InputSpec, path: KeyPath) -> None:
 def _template(ck: Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplate | None:
     m = ck.mapping(
         raw, path, ("model", "version", "batch_size", "inputs", "outputs", "dataset", "pool",
-                    "order", "parameters", "sequence", "composing_models", "validate", "llm"),
+                    "order", "parameters", "sequence", "composing_models", "validate", "llm",
+                    "cancel"),
         ("model",)
     )
     if m is None:

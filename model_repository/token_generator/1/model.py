@@ -5,7 +5,7 @@ of the batch (whitespace-separated words), then each request gets its first toke
 decode step sleeps decode_us_per_step + decode_us_per_sequence x (requests still generating) and
 gives every one of them its next token. The last token goes with the final flag, so a request
 with max_tokens = n (TensorRT-LLM's input, or the vLLM backend's sampling_parameters JSON)
-gets exactly n responses. Request parameters `prefill_us_per_token` and `decode_us_per_step`
+gets exactly n responses. A request the client cancels gets no more responses. Request parameters `prefill_us_per_token` and `decode_us_per_step`
 override the config's for that request (a decode step takes the slowest in the batch). With stream = false the tokens are joined into one
 final response, as the vLLM backend does.
 """
@@ -58,6 +58,10 @@ class TritonPythonModel:
         time.sleep(prefill_s)
         while live:
             for seq in live:
+                if seq["sender"].is_cancelled():  # the client cancelled: end it, send no more
+                    seq["sender"].send(flags=pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL)
+                    seq["left"] = 0
+                    continue
                 seq["n"] += 1
                 seq["left"] -= 1
                 token = f" tok{seq['n']}"
