@@ -111,9 +111,11 @@ class StepWindow:
     good: Counter[str] = field(default_factory=Counter)
     # requests the template's `cancel:` cancelled after their first responses (not errors)
     cancelled: Counter[str] = field(default_factory=Counter)
+    output_tokens: Counter[str] = field(default_factory=Counter)  # with a tokenizer only
 
     def streamed(self, template: str, first_us: int, gaps: list[int], responses: int,
-                 latency_us: int, goodput: tuple[int, int, int] | None) -> None:
+                 latency_us: int, goodput: tuple[int, int, int] | None,
+                 tokens: int | None = None) -> None:
         """A decoupled model's successful request: its responses' timing. Good (goodput):
         first response, mean gap and latency each within its threshold (µs)."""
         h = self.first_response.get(template)
@@ -127,6 +129,8 @@ class StepWindow:
             if not record_value(gap_h, gap if gap > LOWEST_US else LOWEST_US):
                 self.out_of_range += 1
         self.responses[template] += responses
+        if tokens is not None:  # counted by the llm template's tokenizer
+            self.output_tokens[template] += tokens
         if goodput is not None and responses:
             first_max, gap_max, latency_max = goodput
             mean_gap = sum(gaps) / len(gaps) if gaps else 0
@@ -225,6 +229,7 @@ class StepWindow:
             "responses": dict(self.responses),
             "good": dict(self.good),
             "cancelled": dict(self.cancelled),
+            "output_tokens": dict(self.output_tokens),
         }
 
     def add_wire(self, data: dict[str, Any]) -> None:
@@ -245,6 +250,7 @@ class StepWindow:
         self.responses.update(data.get("responses", {}))
         self.good.update(data.get("good", {}))
         self.cancelled.update(data.get("cancelled", {}))
+        self.output_tokens.update(data.get("output_tokens", {}))
         self.late.update(data["late"])
         self.out_of_range += int(data["out_of_range"])
         self.own_us += int(data.get("own_us", 0))

@@ -189,7 +189,8 @@ def _tokenizer_file(path: Path) -> Path:
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     corpus = ["the model serves requests under load while the scheduler batches tokens",
               "every user in the queue and the server reports its latency throughput memory",
-              "so an engineer can compare configurations before a launch"] * 10
+              "so an engineer can compare configurations before a launch"] * 10 + [
+              "tok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8 tok9 tok0"]  # the simulator's words
     tok.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=60,
                                                               special_tokens=["[UNK]"]))
     tok.save(str(path))
@@ -318,3 +319,33 @@ def test_a_share_of_requests_is_cancelled_after_its_first_responses(stream_trito
     canceled_metric = step["metrics"]["models"]["token_generator"]["request_failure:CANCELED"]
     summary = (out / "summary.md").read_text()
     assert "cancelled (Triton)" in summary and f"| {cancelled} ({canceled_metric:.0f}) |" in summary
+
+
+def test_a_tokenizer_counts_the_streamed_output_exactly(stream_triton, tmp_path: Path) -> None:
+    """With tokenizer: the output tokens are the tokenizer's count of the text the responses
+    streamed (the simulator streams " tok1", " tok2", ...), not the number of responses."""
+    from tokenizers import Tokenizer
+
+    tok_file = _tokenizer_file(tmp_path / "tokenizer.json")
+    scen = write(tmp_path / "s.yaml", f"""
+name: tok
+requests:
+  chat:
+    model: token_generator
+    llm: {{style: tensorrt_llm, input_tokens: 6, output_tokens: 5, count: 4,
+          tokenizer: {tok_file.name}}}
+phases:
+  - name: c
+    load: {{concurrency: 1, step_duration: 1.5s, warmup: 0.3s}}
+""")
+    out = tmp_path / "r"
+    proc = loadkit("run", str(scen), "--target", stream_triton.grpc_address, "--out", str(out),
+                   "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    c = results(out)["phases"][0]["steps"][0]["client"]["chat"]
+    per_request = len(Tokenizer.from_file(str(tok_file)).encode(
+        "".join(f" tok{k}" for k in range(1, 6))).ids)
+    assert per_request != 5  # word pieces: the count differs from the responses'
+    assert c["responses"] == 5 * c["requests"] > 10
+    assert c["output_tokens"] == per_request * c["requests"], (c, per_request)
+    assert c["tokens_counted_as"] == "tokenizer.json"

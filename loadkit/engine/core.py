@@ -31,7 +31,7 @@ from tritonclient.grpc import service_pb2
 from loadkit.engine.eventloop import new_event_loop
 from loadkit.engine.pools import Pools
 from loadkit.engine.slots import Completion, Done, Lane, Responses, Result, Slot
-from loadkit.engine.streaming import CANCELLED_HERE, ERROR_FIELD_TAG
+from loadkit.engine.streaming import CANCELLED_HERE, ERROR_FIELD_TAG, StreamPolicy
 from loadkit.record import Recorder, StepWindow
 from loadkit.scenario import TargetSpec
 from loadkit.transport.call import InferError, StreamsFull
@@ -70,11 +70,7 @@ class Engine:
         self.payloads = self.requests.first  # the first of each template's (often the only)
         self.draw = self.requests.draw
         self.epoch = 0  # the drive bumps it at a new phase: open sequences end there
-        # per template: -1 for a decoupled model's (its requests end at their final response)
-        self.streaming = [0] * len(names)
-        self.cancel: list[tuple[int, float] | None] = [None] * len(names)  # (after, share)
-        # goodput thresholds in µs (first response, mean gap, latency); None: not asked
-        self.goodput: tuple[int, int, int] | None = None
+        self.streams = StreamPolicy(list(names))  # decoupled templates: how each is read
         self.names = list(names)
         self.pick = pick if len(pools) > 1 else (lambda _rng: 0)
         self.recorder = recorder
@@ -256,10 +252,6 @@ class Engine:
             lane.slot.done = None  # a request cut off here is not counted (the user stopped)
             self._abandon(lane.slot, "CANCELLED", "the user stopped")
 
-    def stream_mode(self, i: int, rng: random.Random) -> int:
-        """A decoupled template's request: -1 to its end, N: cancel it after N responses."""
-        return c[0] if (c := self.cancel[i]) is not None and rng.random() < c[1] else -1
-
     def send(self, slot: Slot, payload: bytes, done: Done, streaming: int = 0) -> None:
         """(Engine thread.) Start one request on the slot: on its own bidirectional stream
         (opened on first use, and again after a deadline, a reset or a lost connection), or
@@ -271,7 +263,7 @@ class Engine:
         if streaming:
             if slot.stream is None:
                 slot.stream = Responses()
-            slot.stream.reset(max(streaming, 0))
+            slot.stream.reset(max(streaming, 0), streaming == -2)
         else:
             slot.stream = None
         self.inflight += 1
@@ -417,7 +409,7 @@ class Engine:
                 if result.gaps is not None:  # a decoupled model's: first response as latency
                     window.streamed(name, result.first_us + latency_us - (service_us or
                                     latency_us), result.gaps, result.responses, latency_us,
-                                    self.goodput)
+                                    self.streams.goodput, self.streams.tokens(name, result))
             else:
                 window.error(name, error.code, error.details)
         self.completions.append(Completion(name, latency_us, result.size, error))

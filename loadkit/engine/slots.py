@@ -29,6 +29,7 @@ class Result(NamedTuple):
     responses: int = 0
     first_us: int = 0
     gaps: list[int] | None = None
+    kept: list[bytes] | None = None  # the responses themselves, when a tokenizer counts them
 
 
 Done = Callable[[Result], None]
@@ -37,19 +38,21 @@ Done = Callable[[Result], None]
 class Responses:
     """One slot's streamed responses for the request in flight (engine/streaming.py)."""
 
-    __slots__ = ("count", "first_ns", "last_ns", "gaps", "cancel_after")
+    __slots__ = ("count", "first_ns", "last_ns", "gaps", "cancel_after", "kept")
 
     def __init__(self) -> None:
         self.cancel_after = 0  # cancel the request after this many responses (0: never)
+        self.kept: list[bytes] | None = None  # the responses, for a tokenizer to count
         self.count = 0
         self.first_ns = 0
         self.last_ns = 0
         self.gaps: list[int] = []  # µs between consecutive responses
 
-    def reset(self, cancel_after: int = 0) -> None:
+    def reset(self, cancel_after: int = 0, keep: bool = False) -> None:
         self.count = 0
         self.gaps = []
         self.cancel_after = cancel_after
+        self.kept = [] if keep else None
 
     def take(self, message: bytes, now_ns: int) -> bool:
         """Note one message of the request's stream; True when it ends the request."""
@@ -58,6 +61,8 @@ class Responses:
         else:
             ends, counts = response_kind(message)
         if counts:
+            if self.kept is not None:
+                self.kept.append(message)
             if self.count:
                 self.gaps.append((now_ns - self.last_ns) // 1000)
             else:
@@ -69,7 +74,8 @@ class Responses:
     def result(self, latency_us: int, size: int, error: InferError | None, end_ns: int,
                own_us: int, sent_ns: int) -> Result:
         first_us = (self.first_ns - sent_ns) // 1000 if self.count else 0
-        return Result(latency_us, size, error, end_ns, own_us, self.count, first_us, self.gaps)
+        return Result(latency_us, size, error, end_ns, own_us, self.count, first_us, self.gaps,
+                      self.kept)
 
 
 @dataclass(frozen=True)

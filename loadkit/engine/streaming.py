@@ -10,6 +10,9 @@ one is parsed (whether it carries outputs or is the empty end marker).
 
 from __future__ import annotations
 
+import random
+from typing import Any
+
 from tritonclient.grpc import service_pb2
 
 from loadkit.transport.call import InferError
@@ -33,3 +36,44 @@ def response_kind(message: bytes) -> tuple[bool, bool]:
         return False, True
     reply = service_pb2.ModelStreamInferResponse.FromString(message).infer_response
     return True, bool(reply.outputs or reply.raw_output_contents)  # else the empty marker
+
+
+class StreamPolicy:
+    """Per template, how a decoupled model's requests are read: `streaming[i]` is -1 for one
+    (0: a plain model's), `cancel[i]` (after N responses, share) or None, `tokenizers[i]` the
+    llm template's tokenizer (exact output tokens) or None; `goodput` limits in µs."""
+
+    def __init__(self, names: list[str]):
+        self.names = names
+        self.streaming = [0] * len(names)
+        self.cancel: list[tuple[int, float] | None] = [None] * len(names)
+        self.tokenizers: list[Any] = [None] * len(names)
+        self.goodput: tuple[int, int, int] | None = None  # first response, mean gap, latency
+
+    def mode(self, i: int, rng: random.Random) -> int:
+        """One request's: N: cancel it after N responses; else read to its end, -2 keeping
+        its responses for the template's tokenizer to count, -1 not."""
+        if (c := self.cancel[i]) is not None and rng.random() < c[1]:
+            return c[0]
+        return -2 if self.tokenizers[i] is not None else -1
+
+    def tokens(self, name: str, result: Any) -> int | None:
+        tok = self.tokenizers[self.names.index(name)] if result.kept is not None else None
+        return None if tok is None else output_tokens(tok, result.kept)
+
+
+def output_tokens(tok: Any, kept: list[bytes]) -> int:
+    """Exact output tokens: the tokenizer over the text a request's responses streamed (their
+    BYTES `text_output`, joined)."""
+    text = bytearray()
+    for message in kept:
+        reply = service_pb2.ModelStreamInferResponse.FromString(message).infer_response
+        for i, out in enumerate(reply.outputs):
+            if out.name == "text_output" and i < len(reply.raw_output_contents):
+                raw = reply.raw_output_contents[i]
+                pos = 0
+                while pos + 4 <= len(raw):  # BYTES: 4-byte little-endian length per element
+                    n = int.from_bytes(raw[pos:pos + 4], "little")
+                    text += raw[pos + 4:pos + 4 + n]
+                    pos += 4 + n
+    return len(tok.encode(text.decode("utf-8", "replace")).ids)

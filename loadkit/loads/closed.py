@@ -24,7 +24,7 @@ async def run_closed(engine: Engine, lane: Lane) -> None:
     assert gate is not None and loop is not None
     names, payloads, pick, rng = engine.names, engine.payloads, engine.pick, lane.rng
     draw = engine.draw if engine.pooled else None
-    think, recorder, streaming = engine.think_time_s, engine.recorder, engine.streaming
+    think, recorder, streams = engine.think_time_s, engine.recorder, engine.streams
     slot = lane.slot
     over: asyncio.Future[None] = loop.create_future()
     pause: asyncio.TimerHandle | None = None
@@ -40,7 +40,7 @@ async def run_closed(engine: Engine, lane: Lane) -> None:
             window.sent += 1
         payload = payloads[i] if draw is None else draw(i, rng, window)
         engine.send(slot, payload, functools.partial(finished, i, window),
-                    streaming[i] and engine.stream_mode(i, rng))
+                    streams.streaming[i] and streams.mode(i, rng))
 
     def finished(i: int, window: StepWindow | None, result: Result) -> None:
         nonlocal pause

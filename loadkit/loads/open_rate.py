@@ -47,7 +47,7 @@ async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals,
     tolerance_ns = arrivals.late_tolerance_s * 1e9
     names, payloads, pick, recorder = engine.names, engine.payloads, engine.pick, engine.recorder
     draw = engine.draw if engine.pooled else None
-    idle, wire, streaming = engine.idle_slots, engine.wire, engine.streaming
+    idle, wire, streams = engine.idle_slots, engine.wire, engine.streams
     assert wire is not None
     seqs = open_sequences(engine, lane, specs, ids)
     if seqs is not None:
@@ -92,7 +92,7 @@ async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals,
             payload = payloads[i] if draw is None else draw(i, lane.rng, window)
             engine.send(slot, payload, functools.partial(
                 finished, slot, names[i], scheduled_ns, window),
-                streaming[i] and engine.stream_mode(i, lane.rng))
+                streams.streaming[i] and streams.mode(i, lane.rng))
         if conn is not None:
             conn.corked = False
             conn.flush()

@@ -93,7 +93,7 @@ class OpenSequences:
                             (END if seq.left == 1 else b""))
         seq.first = False
         engine.send(seq.slot, payload, functools.partial(self._finished, seq, window,
-                                                         scheduled_ns), engine.streaming[i])
+                                                         scheduled_ns), engine.streams.streaming[i])
 
     def _send_next(self, seq: _Open) -> None:
         window = self.engine.recorder.window

@@ -142,7 +142,8 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
             payload = frame(payload[5:] + state.ids + (START if state.first else b"") +
                             (END if state.left == 1 else b""))
         state.first = False
-        engine.send(slot, payload, functools.partial(finished, i, window), engine.streaming[i])
+        engine.send(slot, payload, functools.partial(finished, i, window),
+                    engine.streams.streaming[i])
 
     def finished(i: int, window: StepWindow | None, result: Result) -> None:
         nonlocal pause

@@ -29,6 +29,7 @@ from loadkit.plan import Arrivals, Plan, Step
 from loadkit.record import Recorder, StepWindow
 from loadkit.run.drive import Collected
 from loadkit.scenario import Scenario
+from loadkit.scenario.llm import load_tokenizer
 from loadkit.transport.payloads import expected_pool, prepare_pool
 
 DRAIN_POLL_S = 0.002
@@ -99,14 +100,15 @@ class LocalDrive:
             scenario.target.transport,
             precise_timers=any(step.arrivals is not None for step in plan.steps),
         )
-        # -1: a decoupled model's request, read to its end (stream_mode may cancel it sooner)
-        self.engine.streaming = [-1 if scenario.requests[n].decoupled else 0 for n in names]
-        self.engine.cancel = [scenario.requests[n].cancel for n in names]
+        streams, templates = self.engine.streams, [scenario.requests[n] for n in names]
+        streams.streaming = [-1 if t.decoupled else 0 for t in templates]
+        streams.cancel = [t.cancel for t in templates]
+        streams.tokenizers = [load_tokenizer(t.llm.tokenizer) if t.llm and t.llm.tokenizer
+                              else None for t in templates]
         g = scenario.goodput
         if g is not None:
-            self.engine.goodput = (int(min(g.first_response_us, 2**62)),
-                                   int(min(g.inter_response_us, 2**62)),
-                                   int(min(g.latency_us, 2**62)))
+            streams.goodput = (int(min(g.first_response_us, 2**62)),
+                               int(min(g.inter_response_us, 2**62)), int(min(g.latency_us, 2**62)))
         self.engine.requests.random_order = [scenario.requests[n].order == "random"
                                              for n in names]
         self.engine.requests.expect([expected_pool(scenario.requests[n]) for n in names])

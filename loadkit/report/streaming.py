@@ -16,7 +16,8 @@ HEADER = ("load", "requests/s", "first resp. p50", "first resp. p99", "gap p50",
 NOTE = ("Streaming (decoupled model): a request ends at its final response; latencies above "
         "run to it. First response = time to first token, gap = time between consecutive "
         "responses (inter-token latency), in ms; one streamed response counts as one output "
-        "token (input tokens: as the llm template counted them, words or its tokenizer). "
+        "token unless an llm template's tokenizer counted the streamed text (input tokens: "
+        "words, or its tokenizer). "
         "Goodput: requests that met every `goodput` limit, per second (share).")
 
 

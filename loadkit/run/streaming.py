@@ -49,6 +49,11 @@ def streaming_results(window: StepWindow, duration_s: float, goodput: bool,
         requests = window.successes(name)
         per[name] = _summary(first, inter, window.responses[name], requests,
                              window.good[name], duration_s, goodput)
+        if name in window.output_tokens:  # the llm template's tokenizer counted them
+            tokens = window.output_tokens[name]
+            per[name].update(output_tokens=tokens, tokens_counted_as=input_tokens[name][1],
+                             output_tokens_per_s=round(tokens / duration_s, 2)
+                             if duration_s > 0 else 0.0)
         if name in input_tokens:
             mean, counted_by = input_tokens[name]
             per[name].update(input_tokens_per_request=round(mean, 2),
@@ -63,6 +68,10 @@ def streaming_results(window: StepWindow, duration_s: float, goodput: bool,
                       sum(window.good.values()), duration_s, goodput)
     if window.cancelled:
         merged["cancelled"] = sum(window.cancelled.values())
+    if window.output_tokens:  # some were counted by a tokenizer: the merged count uses theirs
+        tokens = sum(p["output_tokens"] for p in per.values())
+        merged.update(output_tokens=tokens, tokens_counted_as="per template",
+                      output_tokens_per_s=round(tokens / duration_s, 2) if duration_s > 0 else 0.0)
     if any("input_tokens_per_s" in p for p in per.values()):
         merged["input_tokens_per_s"] = round(sum(p.get("input_tokens_per_s", 0.0)
                                                  for p in per.values()), 2)

@@ -52,6 +52,14 @@ class LlmSpec:
     input_tokens_mean: float  # over the pool: what input tokens/s is computed from
     output_tokens_mean: float  # requested (max_tokens)
     tokens_by: str  # "words" or the tokenizer file's name
+    tokenizer: Path | None = None  # the user's tokenizer.json: exact input and output tokens
+
+
+def load_tokenizer(path: Path) -> Any:
+    """The `tokenizers` library's Tokenizer from the user's file (nothing downloaded)."""
+    from tokenizers import Tokenizer
+
+    return Tokenizer.from_file(str(path))
 
 
 def _lengths(ck: Checker, raw: Any, path: KeyPath) -> tuple[float, float] | None:
@@ -110,17 +118,15 @@ def _prompts_from(ck: Checker, name: str, path: KeyPath) -> list[str] | None:
     return out
 
 
-def _tokenizer(ck: Checker, name: Any, path: KeyPath) -> Any:
+def _tokenizer(ck: Checker, name: Any, path: KeyPath) -> tuple[Any, Path | None]:
     file = ck.file(name, path)
     if file is None:
-        return None
-    from tokenizers import Tokenizer
-
+        return None, None
     try:
-        return Tokenizer.from_file(str(file))
+        return load_tokenizer(file), file
     except Exception as exc:  # the library raises its own Exception type for a bad file
         ck.add(path, f"{name}: not a tokenizer.json the tokenizers library can read ({exc})")
-        return None
+        return None, None
 
 
 def llm_template(ck: Checker, raw: Any, path: KeyPath
@@ -131,7 +137,8 @@ def llm_template(ck: Checker, raw: Any, path: KeyPath
         return None
     style = ck.choice(m, "style", path, STYLES, "vllm")
     seed = ck.integer(m.get("seed", 0), (*path, "seed"), 0) or 0
-    tok = _tokenizer(ck, m["tokenizer"], (*path, "tokenizer")) if "tokenizer" in m else None
+    tok, tok_file = (_tokenizer(ck, m["tokenizer"], (*path, "tokenizer")) if "tokenizer" in m
+                     else (None, None))
     prompts = None
     if "prompts" in m and "input_tokens" in m:
         ck.add((*path, "input_tokens"), "prompts come from the file; expected either "
@@ -171,7 +178,7 @@ def llm_template(ck: Checker, raw: Any, path: KeyPath
     file = Path(m["prompts"]).name if prompts is not None else "synthetic prompts"
     dataset = DatasetSpec(ck.base_dir / file, DATASET_MAX_BYTES, tuple(entries))
     facts = LlmSpec(style, count, sum(counts) / count, sum(wanted) / count,
-                    "words" if tok is None else Path(str(m["tokenizer"])).name)
+                    "words" if tok is None else Path(str(m["tokenizer"])).name, tok_file)
     return specs, dataset, facts
 
 
