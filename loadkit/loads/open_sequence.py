@@ -114,22 +114,22 @@ class OpenSequences:
                 window.sequence_done(name, (result.end_ns - seq.started_ns) // 1000)
             self._close(seq)
             return
-        gate = engine.gate
-        if (gate is not None and gate.is_set() and not self.lane.stopping
-                and self.generation == engine.generation):
-            think = engine.think_time_s
-            if think > 0:
-                assert engine.loop is not None
-                engine.loop.call_later(think, self._send_or_pause, seq)
-            else:
-                self._send_next(seq)
-        else:
+        if not self._may_send():
             self.paused.append(seq)
+        elif engine.think_time_s > 0:
+            assert engine.loop is not None
+            engine.loop.call_later(engine.think_time_s, self._send_or_pause, seq)
+        else:
+            self._send_next(seq)
+
+    def _may_send(self) -> bool:
+        """The gate this lane's schedule runs under is still open."""
+        gate = self.engine.gate
+        return (gate is not None and gate.is_set() and not self.lane.stopping
+                and self.generation == self.engine.generation)
 
     def _send_or_pause(self, seq: _Open) -> None:
-        gate = self.engine.gate
-        if (gate is not None and gate.is_set() and not self.lane.stopping
-                and self.generation == self.engine.generation):
+        if self._may_send():
             self._send_next(seq)
         else:
             self.paused.append(seq)
