@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from conftest import wait_for
 from tritonclient.grpc import service_pb2
 
 from loadkit.scenario import TargetSpec
@@ -157,10 +158,17 @@ def test_fast_path_hands_the_receive_window_back(triton, control, monkeypatch) -
 
 def served_as_counted(control: Any, main: Callable[[], Coroutine[Any, Any, int]]) -> int:
     """Run `main()` (which returns how many requests it had answered) and check the server's
-    success counter moved by exactly that much."""
+    success counter moved by exactly that much. Triton updates it just after it sends the
+    response (a CI run read it one short, right after the last reply), so the count is
+    awaited, with a deadline, then compared exactly."""
     before = control.counters(("dense",))["dense"].success
     served = asyncio.run(main())
-    assert control.counters(("dense",))["dense"].success - before == served
+
+    def delta() -> int:
+        return control.counters(("dense",))["dense"].success - before
+
+    wait_for(lambda: delta() >= served, 5, f"the server to count {served} successes")
+    assert delta() == served
     return served
 
 
