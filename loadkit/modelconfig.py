@@ -160,3 +160,64 @@ def local_problems(config: dict[str, Any]) -> list[str]:
         if int(group.get("count", 1)) < 1:
             problems.append(f"instance_group count must be >= 1; found {group.get('count')}")
     return problems
+
+
+def path_overlay(path: str, value: Any) -> dict[str, Any]:
+    """'dynamic_batching.max_queue_delay_microseconds', 100 -> the overlay that sets it; a
+    repeated message on the way (instance_group) becomes a one-item list, so check_overlay
+    checks the value against the right field."""
+    parts = path.split(".")
+    desc: Descriptor | None = model_config_pb2.ModelConfig.DESCRIPTOR
+    wrap: list[bool] = []
+    for part in parts[:-1]:
+        field = desc.fields_by_name.get(part) if desc is not None else None
+        if field is None or field.type != FieldDescriptor.TYPE_MESSAGE or _is_map(field):
+            wrap.append(False)
+            desc = None
+            continue
+        wrap.append(_is_repeated(field))
+        desc = field.message_type
+    node: Any = value
+    for part, repeated in zip(reversed(parts[1:]), reversed(wrap), strict=True):
+        node = {part: node}
+        if repeated:
+            node = [node]
+    return {parts[0]: node}
+
+
+def set_path(config: dict[str, Any], path: str, value: Any) -> None:
+    """Set a dotted field path in a full config in place; through a list (instance_group) the
+    rest of the path is set in every item (one item is made if there is none)."""
+    node: Any = config
+    parts = path.split(".")
+    for i, part in enumerate(parts):
+        if isinstance(node, list):
+            if not node:
+                node.append({})
+            for item in node:
+                set_path(item, ".".join(parts[i:]), value)
+            return
+        if i == len(parts) - 1:
+            node[part] = copy.deepcopy(value)
+            return
+        wrapped = path_overlay(".".join(parts[i:]), value)[part]
+        if part not in node or not isinstance(node[part], (dict, list)):
+            node[part] = [] if isinstance(wrapped, list) else {}
+        node = node[part]
+
+
+def to_pbtxt(config: dict[str, Any]) -> str:
+    """A config as Triton's JSON gives it -> config.pbtxt text (protobuf text_format)."""
+    from google.protobuf import json_format, text_format
+
+    message = json_format.ParseDict(normalize(config), model_config_pb2.ModelConfig(),
+                                    ignore_unknown_fields=False)
+    return text_format.MessageToString(message)
+
+
+def from_pbtxt(text: str) -> dict[str, Any]:
+    """config.pbtxt text -> the JSON form Triton's model-config API uses."""
+    from google.protobuf import json_format, text_format
+
+    message = text_format.Parse(text, model_config_pb2.ModelConfig())
+    return json_format.MessageToDict(message, preserving_proto_field_name=True)

@@ -42,6 +42,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
         checked = "checked offline (no server asked; use --target to check model metadata)"
     print(f"{args.scenario}: OK, {checked}")
     print(build_plan(scenario).describe())
+    if scenario.tune is not None:
+        from loadkit.cli.running import describe_tune
+        from loadkit.run.tune import TuneRun
+
+        t = scenario.tune
+        print(describe_tune(scenario, TuneRun(t.strategy, t.budget_s, t.budget_trials)))
     return EXIT_OK
 
 

@@ -1,4 +1,4 @@
-"""Command line (validate, run, capacity, worker, ui, serve, report, compare): the parser and
+"""Command line (validate, run, capacity, tune, worker, ui, serve, report, compare): the parser and
 `main`, the only place that turns errors into exit codes (cli/exits.py says which)."""
 
 from __future__ import annotations
@@ -42,6 +42,19 @@ def build_parser() -> argparse.ArgumentParser:
     _capacity_options(k)
     _run_options(k)
     k.set_defaults(func=cmd_run)
+    t = sub.add_parser(
+        "tune", help="search the model-config space of the scenario's tune: section for the best "
+                     "config under its constraints; writes best/<model>/config.pbtxt")
+    t.add_argument("--strategy", choices=("brute", "quick", "bayes"),
+                   help="brute: the whole grid; quick: climb one field at a time; bayes: optuna "
+                        "TPE (default: tune.strategy, else quick)")
+    t.add_argument("--budget", help="stop after this long ('15m', '90s') or this many trials "
+                                    "('12 trials'); default: tune.budget, else no limit")
+    t.add_argument("--resume", metavar="DIR",
+                   help="continue the search saved in DIR (measures only the configs it has not "
+                        "measured; writes into DIR unless --out says otherwise)")
+    _run_options(t)
+    t.set_defaults(func=cmd_run)
     _other_commands(sub)
     return parser
 

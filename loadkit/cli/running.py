@@ -30,7 +30,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(args.scenario)
     spec = capacity_spec(args) if args.command == "capacity" else None
-    out_dir = Path(args.out) if args.out else default_out(scenario.name)
+    tune, carried = tune_run(args, scenario) if args.command == "tune" else (None, None)
+    out_dir = (Path(args.out) if args.out else Path(args.resume) if getattr(args, "resume", None)
+               else default_out(scenario.name))
     out_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
         filename=out_dir / "loadkit.log",
@@ -45,9 +47,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         run = Run(
             session.scenario, session.address, session.control, out_dir,
             embedded=session.embedded, seed=args.seed, distributed=distributed, capacity=spec,
+            tune=tune,
         )
+        if carried is not None:
+            run.result.carried_phases, run.result.carried_histograms = carried
         if spec is not None:
             _say(f"capacity search, SLO {args.slo}, budget {args.budget:g} s")
+        elif tune is not None:
+            _say(describe_tune(session.scenario, tune))
         else:
             _say(run.plan.describe())
         env = Environment(
@@ -79,6 +86,47 @@ def capacity_spec(args: argparse.Namespace) -> Any:
         start_rate=parse_rate(args.start_rate, "--start-rate") if args.start_rate else None,
         max_rate=parse_rate(args.max_rate, "--max-rate") if args.max_rate else None,
     )
+
+
+def tune_run(args: argparse.Namespace, scenario: Any) -> tuple[Any, Any]:
+    """The search `loadkit tune` runs, and what a resumed one carries over (its phases and
+    histograms)."""
+    from loadkit.run.tune import TuneRun
+    from loadkit.scenario.tune import parse_budget
+    from loadkit.tune.resume import TuneInputError, read_search
+
+    tune = scenario.tune
+    if tune is None:
+        raise TuneInputError(f"{args.scenario}: no 'tune' section; `loadkit tune` needs one "
+                             "(docs/tune.md)")
+    if getattr(args, "workers", 0) or getattr(args, "master", False):
+        raise TuneInputError("loadkit tune runs in one process; --workers and --master are for "
+                             "`loadkit run` and `loadkit capacity`")
+    budget_s, trials = tune.budget_s, tune.budget_trials
+    if args.budget:
+        b = parse_budget(args.budget)
+        if isinstance(b, str):
+            raise TuneInputError(f"--budget: {b}")
+        budget_s, trials = b
+    strategy = args.strategy or tune.strategy
+    if not args.resume:
+        return TuneRun(strategy, budget_s, trials), None
+    trials_done, phases, hists = read_search(Path(args.resume), tune)
+    return (TuneRun(strategy, budget_s, trials, tuple(trials_done), str(args.resume)),
+            (phases, hists))
+
+
+def describe_tune(scenario: Any, tune: Any) -> str:
+    spec = scenario.tune
+    budget = ", ".join(filter(None, [f"{tune.budget_s:g} s" if tune.budget_s else "",
+                                     f"{tune.budget_trials} trials" if tune.budget_trials
+                                     else ""])) or "none"
+    lines = [f"tune '{scenario.name}': {tune.strategy} search over {spec.grid_size} configs, "
+             f"{spec.objective.text}, budget {budget}"]
+    lines += [f"  {d.name}: {', '.join(map(str, d.values))}" for d in spec.dimensions]
+    if tune.resumed:
+        lines.append(f"  resuming {tune.resumed_from}: {len(tune.resumed)} trials kept")
+    return "\n".join(lines)
 
 
 def _master_options() -> Any:
@@ -149,6 +197,9 @@ def _drive(run: Any, env: Any, args: argparse.Namespace, out_dir: Path) -> int:
         code = EXIT_FAILED
     if code == 0 and any(o["status"] in FAILING for o in run.result.thresholds):
         code = EXIT_FAILED  # an SLO gate failed: CI reads 1 (2 stays bad input)
+    if code == 0 and run.result.tune and run.result.tune.get("best") is None:
+        err("tune: no config kept the constraints (see the ranked table)")
+        code = EXIT_FAILED
     if run.result.status != "complete":
         err(f"run {run.result.status}: {run.result.reason}")
     return code

@@ -104,6 +104,10 @@ class Controller:
             counters = again
         return Snapshot(counters[0], self.control.metrics(), counters[1])
 
+    def original_config(self, model: str) -> dict[str, Any]:
+        """The model's config before the run (read once from the server)."""
+        return self._original(model)
+
     def _original(self, model: str) -> dict[str, Any]:
         if model not in self.original:
             self.original[model] = self.control.config(model)

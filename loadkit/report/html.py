@@ -9,6 +9,7 @@ from html import escape
 from typing import Any
 
 from loadkit.report import streaming
+from loadkit.report import tune as tune_report
 from loadkit.report.compare import Comparison, highlights, load_label
 from loadkit.report.markdown import warnings
 from loadkit.report.units import ms
@@ -194,6 +195,8 @@ def render_html(
     for _, results in runs:
         if results.get("capacity"):
             out += _capacity(results["capacity"])
+        if results.get("tune"):
+            out += tune_report.html(results["tune"])
     if plots:
         out.append("<h2>Plots</h2>")
         for name, png in plots.items():

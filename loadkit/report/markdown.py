@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadkit.report import streaming
+from loadkit.report import tune as tune_report
 from loadkit.report.compare import Comparison, highlights, load_label, pct_change
 from loadkit.report.units import ms
 from loadkit.run.accounting import first_message
@@ -77,6 +78,8 @@ def summary_table(results: dict[str, Any]) -> str:
     out += _worker_notes(results)
     if results.get("capacity"):
         out.append(capacity_table(results["capacity"]))
+    if results.get("tune"):
+        out.append(tune_report.markdown(results["tune"]))
     if results.get("thresholds"):
         out.append(threshold_table(results["thresholds"]))
     return "\n".join(out)

@@ -155,3 +155,36 @@ def capacity_search(cap: dict[str, Any]) -> bytes:
     ax.grid(alpha=0.3)
     ax.legend(fontsize="small")
     return _png(fig)
+
+
+def tune_pareto(tune: dict[str, Any]) -> bytes:
+    """One point per measured trial at its operating point (throughput vs p99): the front
+    drawn, the baseline and the winner named, trials that broke a constraint as x."""
+    fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
+    pts = {t["trial"]: t for t in tune["trials"] if t.get("point")
+           and t["point"].get("p99_us") is not None}
+    for met, marker in ((True, "o"), (False, "x")):
+        sel = [t["point"] for t in pts.values() if t["point"]["constraints_met"] is met]
+        ax.scatter([p["throughput"] for p in sel], [p["p99_us"] / 1000 for p in sel],
+                   marker=marker, color="C0" if met else "C3",
+                   label="within constraints" if met else "broke a constraint")
+    front = sorted((pts[n]["point"] for n in tune.get("pareto", []) if n in pts),
+                   key=lambda p: p["throughput"])
+    if front:
+        ax.plot([p["throughput"] for p in front], [p["p99_us"] / 1000 for p in front],
+                color="C2", linestyle="--", label="Pareto front")
+    for n, t in pts.items():
+        if t.get("baseline") or n == tune.get("best"):
+            p = t["point"]
+            ax.annotate("baseline" if t.get("baseline") else f"best (trial {n})",
+                        (p["throughput"], p["p99_us"] / 1000), textcoords="offset points",
+                        xytext=(5, 5), fontsize="small")
+    for c in tune.get("constraints", []):
+        if c["metric"] == "p99":
+            ax.axhline(c["limit"] / 1000, color="grey", linestyle=":", label="p99 limit")
+    ax.set_xlabel("throughput (infer/s)")
+    ax.set_ylabel("p99 (ms)")
+    ax.set_title(f"Tune: {len(pts)} configs measured ({tune['strategy']})")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize="small")
+    return _png(fig)

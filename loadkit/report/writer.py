@@ -17,7 +17,8 @@ from loadkit.errors import LoadkitError
 from loadkit.report.compare import build
 from loadkit.report.html import render_html
 from loadkit.report.markdown import capacity_table, comparison_table, summary_table
-from loadkit.report.plots import capacity_search, render_plots
+from loadkit.report.plots import capacity_search, render_plots, tune_pareto
+from loadkit.report.tune import write_best
 from loadkit.run.results import RESULTS_FORMAT, RunResult
 from loadkit.run.slo import junit_xml
 
@@ -37,7 +38,8 @@ def atomic_write(path: Path, data: str | bytes) -> None:
 
 def histograms_of(result: RunResult) -> dict[str, Any]:
     """{phase: {step index: {template: encoded HDR}}}, the data `loadkit report` re-reads."""
-    return {p.name: {str(s.index): s.histograms for s in p.steps} for p in result.phases}
+    return {**result.carried_histograms,
+            **{p.name: {str(s.index): s.histograms for s in p.steps} for p in result.phases}}
 
 
 def service_histograms_of(result: RunResult) -> dict[str, Any]:
@@ -63,6 +65,7 @@ def write_report(out_dir: Path, result: RunResult) -> dict[str, Any]:
     if service:
         atomic_write(out_dir / "service_histograms.json", json.dumps(service) + "\n")
     atomic_write(out_dir / "summary.md", summary_table(data) + "\n")
+    write_best(out_dir, data, atomic_write)
     return data
 
 
@@ -101,6 +104,8 @@ def render_comparison(
         plots = render_plots(cmp)
         for i, cap in enumerate(capacity):
             plots[f"capacity_search{i or ''}.png"] = capacity_search(cap)
+        for i, tune in enumerate(r["tune"] for _, r, _ in runs if r.get("tune")):
+            plots[f"tune_pareto{i or ''}.png"] = tune_pareto(tune)
         for name, png in plots.items():
             atomic_write(out_dir / name, png)
         atomic_write(out_dir / "comparison.md", md)

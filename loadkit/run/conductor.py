@@ -102,23 +102,7 @@ class Conductor:
     def _main(self) -> None:
         run = self.run
         try:
-            for phase in run.plan.phases:
-                if self.aborted:
-                    break
-                missing = run.drive.missing_senders()
-                if missing:  # e.g. every worker was refused: no config swap for nothing
-                    self.abort(f"{missing}; stopped before phase {phase.name}", 1, "aborted")
-                    break
-                pr = PhaseResult(phase.name)
-                run.result.phases.append(pr)
-                self._set_stage("configuring", 0)
-                outcome = run.controller.apply_phase(phase)
-                pr.status, pr.reason = outcome.status, outcome.reason
-                pr.reload_s, pr.config = outcome.reload_s, outcome.config
-                run.save()
-                if pr.status in ("failed", "skipped"):
-                    continue
-                self._walk_phase(phase, pr)
+            self._walk_plan()
             run.result.status = self.abort_status if self.aborted else "complete"
             run.result.reason = self.aborted or ""
         except Exception as exc:  # a bug or a lost server: keep what we have, say what happened
@@ -139,6 +123,30 @@ class Conductor:
             finally:
                 self.stage = "done"
                 self.finished.set()
+
+    def _walk_plan(self) -> None:
+        """The plan's phases in order (run/tune.py proposes its trials as it goes)."""
+        for phase in self.run.plan.phases:
+            if self.aborted or self._run_phase(phase) is None:
+                break
+
+    def _run_phase(self, phase: PhasePlan) -> PhaseResult | None:
+        """Apply the phase's configs and walk its steps; None when no load can be sent."""
+        run = self.run
+        missing = run.drive.missing_senders()
+        if missing:  # e.g. every worker was refused: no config swap for nothing
+            self.abort(f"{missing}; stopped before phase {phase.name}", 1, "aborted")
+            return None
+        pr = PhaseResult(phase.name)
+        run.result.phases.append(pr)
+        self._set_stage("configuring", 0)
+        outcome = run.controller.apply_phase(phase)
+        pr.status, pr.reason = outcome.status, outcome.reason
+        pr.reload_s, pr.config = outcome.reload_s, outcome.config
+        run.save()
+        if pr.status not in ("failed", "skipped"):
+            self._walk_phase(phase, pr)
+        return pr
 
     def _wind_up(self) -> None:
         """Drain, restore every model's config, judge the run, write the final results."""
@@ -162,7 +170,7 @@ class Conductor:
         be wrong or empty (accounting.verdict); an interrupted or aborted run keeps its status
         and exit code, with the same reasons added."""
         result = self.run.result
-        reasons = verdict(result.to_json())
+        reasons = self._verdict(result.to_json())
         if not reasons:
             return
         if result.status == "complete":
@@ -171,6 +179,9 @@ class Conductor:
         else:
             result.reason = "; ".join([result.reason, *reasons])
         self.exit_code = self.exit_code or 1
+
+    def _verdict(self, results: dict[str, Any]) -> list[str]:
+        return verdict(results)
 
     def _walk_phase(self, phase: PhasePlan, pr: PhaseResult) -> None:
         """The phase's planned steps, in order (run/capacity.py chooses them as it goes)."""

@@ -106,6 +106,10 @@ class RunResult:
     events: list[dict[str, Any]] = field(default_factory=list)
     thresholds: list[dict[str, Any]] = field(default_factory=list)  # slo.Outcome as JSON
     capacity: dict[str, Any] = field(default_factory=dict)  # `loadkit capacity` only
+    tune: dict[str, Any] = field(default_factory=dict)  # `loadkit tune` only
+    # `loadkit tune --resume`: the earlier run's phases (JSON) and histograms, kept in front
+    carried_phases: list[dict[str, Any]] = field(default_factory=list)
+    carried_histograms: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = {
@@ -120,8 +124,10 @@ class RunResult:
             "reason": self.reason,
             "events": self.events,
             "thresholds": self.thresholds,
-            "phases": [p.to_json() for p in self.phases],
+            "phases": self.carried_phases + [p.to_json() for p in self.phases],
         }
         if self.capacity:
             out["capacity"] = self.capacity
+        if self.tune:
+            out["tune"] = self.tune
         return out

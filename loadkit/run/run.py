@@ -8,6 +8,7 @@ capacity-search conductor.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from pathlib import Path
 from typing import Any
@@ -25,7 +26,8 @@ from loadkit.run.conductor import Conductor
 from loadkit.run.drive import Drive
 from loadkit.run.results import RunResult
 from loadkit.run.slo import Outcome, evaluate
-from loadkit.scenario import Scenario
+from loadkit.run.tune import TuneConductor, TuneRun
+from loadkit.scenario import PhaseSpec, Requirements, Scenario, Thresholds
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +43,11 @@ class Run:
         seed: int = 0,
         distributed: bool = False,
         capacity: CapacitySpec | None = None,
+        tune: TuneRun | None = None,
     ):
         self.scenario = scenario
-        self.plan: Plan = build_plan(scenario)
+        # `loadkit tune` walks trials of its own load; its plan is that load as one phase
+        self.plan: Plan = build_plan(scenario if tune is None else trial_scenario(scenario))
         self.address = address
         self.out_dir = out_dir
         self.result = RunResult(scenario.name, scenario.redacted(), address, embedded, utcnow())
@@ -67,7 +71,9 @@ class Run:
             observed=tuple(self.composing),
         )
         self.conductor: Conductor = (
-            Conductor(self) if capacity is None else CapacityConductor(self, capacity)
+            CapacityConductor(self, capacity) if capacity is not None
+            else TuneConductor(self, tune) if tune is not None
+            else Conductor(self)
         )
         self.environment: Any = None
         self.last_report: dict[str, Any] = {}
@@ -82,7 +88,8 @@ class Run:
         self.drive.stop()
 
     def check_thresholds(self) -> list[Outcome]:
-        if self.result.capacity:  # a capacity search breaks the SLO on purpose; it reports that
+        if self.result.capacity or self.result.tune:  # searches break limits on purpose and
+            # report that themselves
             return []
         outcomes = evaluate(self.plan, self.result.to_json())
         self.result.thresholds = [o.to_json() for o in outcomes]
@@ -100,3 +107,10 @@ class Run:
             log.exception("rendering the comparison report failed")
             self.events.add(ReportRenderFailed(repr(exc)))
             self.last_report = write_report(self.out_dir, self.result)
+
+
+def trial_scenario(scenario: Scenario) -> Scenario:
+    """The scenario with one phase, its `tune:` load: the template of every trial."""
+    assert scenario.tune is not None
+    phase = PhaseSpec("trial", scenario.tune.load, {}, Requirements(), Thresholds())
+    return dataclasses.replace(scenario, phases=(phase,))

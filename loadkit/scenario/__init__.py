@@ -9,6 +9,7 @@ model metadata that the control stage fetched.
 - checks.py: the Checker every section parses with (types, durations, sizes, files, ${VAR});
 - requests.py: requests and their inputs, the target, the mix;
 - phases.py: phases, their loads, thresholds and requirements;
+- tune.py: the `tune:` section (searched config fields, objective, constraints, budget);
 - parse.py: load_scenario, the file through every section;
 - against_server.py: the scenario against the server's model metadata.
 """
@@ -30,12 +31,15 @@ from loadkit.scenario.model import (
     LATENCY_METRICS,
     MAX_CONCURRENCY,
     MAX_RATE,
+    MAXIMIZED,
     STREAM_METRICS,
     THRESHOLD_METRICS,
     TRANSPORTS,
     ConcurrencyLoad,
+    Dimension,
     Goodput,
     InputSpec,
+    Objective,
     PhaseSpec,
     RateLoad,
     RequestTemplate,
@@ -46,6 +50,7 @@ from loadkit.scenario.model import (
     Threshold,
     Thresholds,
     TLSSpec,
+    TuneSpec,
 )
 from loadkit.scenario.parse import load_scenario
 from loadkit.scenario.phases import parse_ramp, parse_rate_ramp
@@ -57,5 +62,5 @@ __all__ = [
     "RateLoad", "RequestTemplate", "Requirements", "Scenario", "SequenceSpec", "TLSSpec",
     "TargetSpec", "Threshold", "Thresholds", "check_against_models", "composing_models",
     "load_scenario", "parse_ramp", "parse_rate_ramp", "unbatched_models", "with_model_facts",
-    "decoupled_models",
+    "decoupled_models", "Dimension", "Objective", "TuneSpec", "MAXIMIZED",
 ]

@@ -193,6 +193,62 @@ THRESHOLD_METRICS = (*DURATION_METRICS, "error_rate", "min_throughput", "max_dro
                      "goodput_min")
 
 
+# `loadkit tune` objectives: bigger is better for these, smaller for every latency metric
+MAXIMIZED = ("throughput", "goodput", "output_tokens_per_s")
+STRATEGIES = ("brute", "quick", "bayes")
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One searched ModelConfig field of one model: its values, in the order written (`quick`
+    starts at the first and climbs)."""
+
+    model: str
+    path: str  # dotted field path, e.g. dynamic_batching.max_queue_delay_microseconds
+    values: tuple[Any, ...]
+    where: str = ""  # file:line
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}.{self.path}"
+
+
+@dataclass(frozen=True)
+class Objective:
+    """maximize/minimize one metric, or `weighted` gains over the baseline (metric -> weight)."""
+
+    goal: str  # maximize | minimize | weighted
+    metric: str = ""
+    weights: tuple[tuple[str, float], ...] = ()
+
+    @property
+    def text(self) -> str:
+        if self.goal == "weighted":
+            return "weighted " + ", ".join(f"{m} x{w:g}" for m, w in self.weights)
+        return f"{self.goal} {self.metric}"
+
+
+@dataclass(frozen=True)
+class TuneSpec:
+    dimensions: tuple[Dimension, ...]
+    load: ConcurrencyLoad | RateLoad
+    objective: Objective
+    constraints: tuple[Threshold, ...] = ()
+    gpu_memory_bytes: int = 0  # a constraint on the server's GPU memory in use (0: none)
+    strategy: str = "quick"
+    budget_s: float = 0.0  # 0: no time limit
+    budget_trials: int = 0  # 0: no trial limit
+    seed: int = 0
+    config: dict[str, dict[str, Any]] = field(default_factory=dict)  # on every trial, baseline too
+
+    @property
+    def grid_size(self) -> int:
+        n = 1
+        for d in self.dimensions:
+            n *= len(d.values)
+        return n
+
+
 @dataclass(frozen=True)
 class Goodput:
     """`goodput:` a streaming request is good when its first response, its mean gap between
@@ -255,6 +311,7 @@ class Scenario:
     phases: tuple[PhaseSpec, ...]
     source: Source = field(repr=False, compare=False)
     goodput: Goodput | None = None
+    tune: TuneSpec | None = None  # `loadkit tune`'s search (scenario/tune.py)
 
     @property
     def models(self) -> tuple[str, ...]:
@@ -266,6 +323,10 @@ class Scenario:
         for phase in self.phases:
             for model in phase.config:
                 seen.setdefault(model, None)
+        for dim in self.tune.dimensions if self.tune else ():
+            seen.setdefault(dim.model, None)
+        for model in self.tune.config if self.tune else ():
+            seen.setdefault(model, None)
         return tuple(seen)
 
     def redacted(self) -> dict[str, Any]:

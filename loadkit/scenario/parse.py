@@ -15,15 +15,18 @@ from loadkit.scenario.model import (
     Goodput,
     PhaseSpec,
     RequestTemplate,
+    Requirements,
     Scenario,
+    Thresholds,
 )
 from loadkit.scenario.phases import _phases, _thresholds
 from loadkit.scenario.requests import _mix, _target, _template
 from loadkit.scenario.source import load_yaml
+from loadkit.scenario.tune import parse_tune
 
 TOP_KEYS = (
     "name", "description", "target", "requests", "mix", "think_time", "thresholds", "phases",
-    "goodput",
+    "goodput", "tune",
 )
 
 
@@ -32,7 +35,7 @@ def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
     src = load_yaml(path)
     ck = Checker(src, path.resolve().parent)
-    top = ck.mapping(src.data, (), TOP_KEYS, ("requests", "phases"))
+    top = ck.mapping(src.data, (), TOP_KEYS, ("requests",))
     if top is None:
         raise ScenarioError(ck.problems or [src.problem((), "not a scenario")])
     name = top.get("name", path.stem)
@@ -64,6 +67,12 @@ def load_scenario(path: str | Path) -> Scenario:
     if "thresholds" in top:
         thresholds = _thresholds(ck, top["thresholds"], ("thresholds",))
     phases = _phases(ck, top["phases"]) if "phases" in top else ()
+    tune = parse_tune(ck, top["tune"]) if "tune" in top else None
+    if "phases" not in top and "tune" not in top:
+        ck.add((), "missing required key 'phases' (or a 'tune' section for `loadkit tune`)")
+    if "phases" not in top and tune is not None:  # `loadkit run` measures the config as it is
+        phases = (PhaseSpec("baseline", tune.load, {}, Requirements(),
+                            Thresholds(tune.constraints)),)
     if "goodput" not in top:
         where = [(("thresholds",), thresholds)] + [(("phases", i, "thresholds"), ph.thresholds)
                                                    for i, ph in enumerate(phases)]
@@ -81,7 +90,7 @@ def load_scenario(path: str | Path) -> Scenario:
     goodput = _goodput(ck, top["goodput"]) if "goodput" in top else None
     if ck.problems:
         raise ScenarioError(ck.problems)
-    return Scenario(name, path, target, requests, mix, think or 0.0, phases, src, goodput)
+    return Scenario(name, path, target, requests, mix, think or 0.0, phases, src, goodput, tune)
 
 
 def _goodput(ck: Checker, raw: Any) -> Goodput | None:

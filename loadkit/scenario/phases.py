@@ -27,8 +27,10 @@ from loadkit.scenario.source import KeyPath
 
 
 def parse_ramp(spec: Any) -> tuple[tuple[int, ...] | None, str | None]:
-    """'2:16:2' -> (2, 4, ..., 16); 8 -> (8,); [1, 4, 8] -> (1, 4, 8). Returns (levels, error)."""
-    expected = "an integer, a list of integers, or a ramp 'start:stop:step' such as '2:16:2'"
+    """'2:16:2' -> (2, 4, ..., 16); '2:32:x2' -> (2, 4, 8, 16, 32); 8 -> (8,); [1, 4, 8] ->
+    (1, 4, 8). Returns (levels, error)."""
+    expected = ("an integer, a list of integers, or a ramp 'start:stop:step' such as '2:16:2' "
+                "('2:32:x2' doubles)")
     if isinstance(spec, bool):
         return None, f"expected {expected}; found {found(spec)}"
     if isinstance(spec, int):
@@ -43,6 +45,16 @@ def parse_ramp(spec: Any) -> tuple[tuple[int, ...] | None, str | None]:
         return tuple(spec), None
     if isinstance(spec, str):
         parts = spec.split(":")
+        times = re.match(r"^\s*x(\d+)\s*$", parts[2]) if len(parts) == 3 else None
+        if times and parts[0].strip().isdigit() and parts[1].strip().isdigit():
+            start, stop, factor = int(parts[0]), int(parts[1]), int(times[1])
+            if start < 1 or factor < 2 or stop < start or stop > MAX_CONCURRENCY:
+                return None, (f"expected 1 <= start <= stop <= {MAX_CONCURRENCY} and a factor "
+                              f">= 2 in 'start:stop:xFACTOR'; found '{spec}'")
+            levels = [start]
+            while levels[-1] * factor <= stop:
+                levels.append(levels[-1] * factor)
+            return tuple(levels), None
         if len(parts) in (2, 3) and all(p.strip().isdigit() for p in parts):
             start, stop = int(parts[0]), int(parts[1])
             step = int(parts[2]) if len(parts) == 3 else 1

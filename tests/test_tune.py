@@ -1,0 +1,179 @@
+"""`loadkit tune` against the real embedded Triton (the dense model and its simulated device):
+the strategies, the winner's config.pbtxt, the budget, Ctrl-C and --resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from conftest import ROOT, loadkit, results, wait_for, write
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+from loadkit.control.client import ServerControl
+
+TUNE = """
+name: tune-test
+requests:
+  dense_b1:
+    model: dense
+    batch_size: 1
+    inputs:
+      INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 7}}
+tune:
+  config:
+    dense:
+      parameters: {{device_us: "400"}}
+  models:
+    dense:
+      instance_group.count: [1, 2]
+      dynamic_batching.max_queue_delay_microseconds: {delays}
+  load: {{concurrency: {conc}, step_duration: {dur}, warmup: 0.3s}}
+  objective: {{maximize: throughput}}
+  constraints: {{p99: 200ms, error_rate: 0.1%}}
+"""
+
+
+def scenario(tmp_path: Path, delays: str = "[0, 200, 2000]", conc: str = "8",
+             dur: str = "1.5s") -> Path:
+    return write(tmp_path / "tune.yaml", TUNE.format(delays=delays, conc=conc, dur=dur))
+
+
+def tune(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    return loadkit("tune", *args, "--quiet", timeout=timeout)
+
+
+def measured(out: Path) -> list[dict[str, Any]]:
+    return [t for t in results(out)["tune"]["trials"] if not t["baseline"]]
+
+
+def test_quick_finds_within_10_percent_of_brute_in_fewer_trials_and_the_winner_loads(
+        tmp_path: Path, triton: Any, control: ServerControl) -> None:
+    path = scenario(tmp_path)
+    original = control.config("dense")
+    runs = {}
+    for strategy in ("brute", "quick"):
+        out = tmp_path / strategy
+        r = tune(str(path), "--target", triton.grpc_address, "--strategy", strategy,
+                 "--out", str(out))
+        assert r.returncode == 0, r.stderr[-3000:]
+        data = results(out)
+        assert data["status"] == "complete"
+        t = data["tune"]
+        best = next(x for x in t["trials"] if x["trial"] == t["best"])
+        runs[strategy] = (len(measured(out)), best["point"]["objective"], out)
+        # every trial is an ordinary measured phase with exact accounting
+        for phase in data["phases"]:
+            for step in phase["steps"]:
+                assert step["accounting"]["status"] == "ok", step["accounting"]
+        assert control.config("dense") == original  # restored
+    n_brute, best_brute, out = runs["brute"]
+    n_quick, best_quick, _ = runs["quick"]
+    print(f"brute: {n_brute} trials, best {best_brute:.1f} infer/s; "
+          f"quick: {n_quick} trials, best {best_quick:.1f} infer/s")
+    assert n_brute == 6
+    assert n_quick < n_brute
+    assert best_quick >= 0.9 * best_brute
+    summary = (out / "summary.md").read_text()
+    assert "## Tune" in summary and "**best**" in summary
+    assert (out / "tune_pareto.png").stat().st_size > 1000
+    # the winner's config.pbtxt: Triton's text format, loaded as is into the running server
+    text = (out / "best" / "dense" / "config.pbtxt").read_text()
+    message = text_format.Parse(text, model_config_pb2.ModelConfig())
+    assert message.name == "dense" and message.instance_group
+    try:
+        control.load("dense", json_format.MessageToDict(message,
+                                                        preserving_proto_field_name=True), 120)
+        wait_for(lambda: control.model_ready("dense"), 60, "dense ready on the best config")
+        served = control.config("dense")
+        best_values = next(x for x in results(out)["tune"]["trials"]
+                           if x["trial"] == results(out)["tune"]["best"])["values"]
+        assert served["instance_group"][0]["count"] == best_values[
+            "dense.instance_group.count"]
+        r = loadkit("run", str(ROOT / "scenarios" / "quickstart.yaml"), "--target",
+                    triton.grpc_address, "--out", str(tmp_path / "serve"), "--quiet")
+        assert r.returncode == 0, r.stderr[-2000:]
+        assert results(tmp_path / "serve")["phases"][0]["steps"][0]["requests"] > 0
+    finally:
+        control.load("dense", original, 120)
+        wait_for(lambda: control.model_ready("dense"), 60, "dense restored")
+
+
+def test_ctrl_c_keeps_the_trials_restores_the_config_and_resume_measures_only_the_rest(
+        tmp_path: Path, triton: Any, control: ServerControl) -> None:
+    path = scenario(tmp_path, conc="[4, 8]", dur="1s")
+    original = control.config("dense")
+    out = tmp_path / "search"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadkit", "tune", str(path), "--target", triton.grpc_address,
+         "--strategy", "brute", "--out", str(out), "--quiet"],
+        cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def in_second_trial() -> bool:
+            if not (out / "results.json").exists():
+                return False
+            data = results(out)
+            return len(data["tune"]["trials"]) >= 2 and len(data["phases"]) >= 3
+        wait_for(in_second_trial, 120, "the third trial under way", poll=0.05)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err[-2000:]
+    assert "stopping after this trial" in err
+    data = results(out)
+    assert data["status"] == "interrupted"
+    t = data["tune"]
+    assert t["stopped"] == "interrupted"
+    kept = t["trials"]
+    assert len(kept) == 3 and all(x["status"] == "ok" for x in kept)  # the current one finished
+    assert control.config("dense") == original
+    assert any(e["event"] == "config_restored" for e in data["events"])
+    done = {json.dumps(x["values"], sort_keys=True) for x in kept if not x["baseline"]}
+
+    # resume, with a budget of 4 grid trials in all: 2 more, none measured twice
+    r = tune(str(path), "--target", triton.grpc_address, "--strategy", "brute",
+             "--resume", str(out), "--budget", "4 trials")
+    assert r.returncode == 0, r.stderr[-3000:]
+    data = results(out)
+    t = data["tune"]
+    grid = [x for x in t["trials"] if not x["baseline"]]
+    keys = [json.dumps(x["values"], sort_keys=True) for x in grid]
+    assert len(grid) == 4 and len(set(keys)) == 4 and done <= set(keys)
+    assert t["stopped"] == "budget: 4 trials"
+    assert sum(x["baseline"] for x in t["trials"]) == 1  # the baseline was not measured again
+    assert [p["name"] for p in data["phases"]] == [x["phase"] for x in t["trials"]]
+    assert control.config("dense") == original
+
+
+def test_a_time_budget_stops_the_search(tmp_path: Path, triton: Any) -> None:
+    out = tmp_path / "budget"
+    r = tune(str(scenario(tmp_path, dur="1s")), "--target", triton.grpc_address,
+             "--budget", "2s", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    t = results(out)["tune"]
+    assert t["stopped"] == "budget: 2 s" and measured(out) == []
+    assert t["best"] == t["baseline"] == 0  # the baseline is still measured and ranked
+
+
+def test_a_config_triton_refuses_is_recorded_and_the_search_goes_on(
+        tmp_path: Path, triton: Any) -> None:
+    path = write(tmp_path / "refused.yaml", TUNE.format(delays="[0]", conc="4", dur="1s")
+                 .replace("instance_group.count: [1, 2]", 'backend: ["python", "onnxruntime"]'))
+    out = tmp_path / "refused"
+    r = tune(str(path), "--target", triton.grpc_address, "--strategy", "brute",
+             "--out", str(out))
+    t = results(out)["tune"]
+    by_backend = {x["values"].get("dense.backend"): x for x in t["trials"]}
+    assert by_backend["python"]["point"] is not None
+    refused = by_backend["onnxruntime"]  # dense has no model.onnx: Triton cannot load it
+    assert refused["status"] == "failed" and refused["point"] is None and refused["reason"]
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "failed:" in (out / "summary.md").read_text()
