@@ -7,6 +7,7 @@ not silently dropped (hdrh's record_value returns False for them).
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +79,31 @@ def latency_summary(h: HdrHistogram) -> dict[str, float]:
 
 
 @dataclass
+class Second:
+    """One second of a window (by completion time): successes per template, their latencies,
+    errors by code, and what was sent, scheduled and dropped meanwhile (the timeline)."""
+
+    hist: HdrHistogram = field(default_factory=new_histogram)
+    ok: Counter[str] = field(default_factory=Counter)
+    errors: Counter[str] = field(default_factory=Counter)
+    sent: int = 0
+    scheduled: int = 0
+    dropped: int = 0
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"h": encode(self.hist), "ok": dict(self.ok), "errors": dict(self.errors),
+                "sent": self.sent, "scheduled": self.scheduled, "dropped": self.dropped}
+
+    def add_wire(self, data: dict[str, Any]) -> None:
+        self.hist.decode_and_add(data["h"].encode("ascii"))
+        self.ok.update(data["ok"])
+        self.errors.update(data["errors"])
+        self.sent += int(data["sent"])
+        self.scheduled += int(data["scheduled"])
+        self.dropped += int(data["dropped"])
+
+
+@dataclass
 class StepWindow:
     """What one measured step collected on this process."""
 
@@ -112,6 +138,34 @@ class StepWindow:
     # requests the template's `cancel:` cancelled after their first responses (not errors)
     cancelled: Counter[str] = field(default_factory=Counter)
     output_tokens: Counter[str] = field(default_factory=Counter)  # with a tokenizer only
+    # the timeline: one Second per second since the window opened, by completion time; the
+    # counts sent/scheduled/dropped had when the current second began
+    seconds: dict[int, Second] = field(default_factory=dict)
+    opened: float = field(default_factory=time.monotonic)
+    _now: int = -1
+    _mark: tuple[int, int, int] = (0, 0, 0)
+
+    def second(self) -> Second:
+        """The bucket of this moment; moving on settles what the last one sent."""
+        i = int(time.monotonic() - self.opened)
+        if i != self._now:
+            self.settle()
+            self._mark = (self.sent, self.scheduled, sum(self.dropped.values()))
+            self._now = i
+            if i not in self.seconds:
+                self.seconds[i] = Second()
+        return self.seconds[i]
+
+    def settle(self) -> None:
+        """Give the current second what was sent, scheduled and dropped since it began (sends
+        are attributed to the second of the next completion: the totals add up exactly)."""
+        sec = self.seconds.get(self._now)
+        if sec is not None:
+            sent, scheduled, dropped = self._mark
+            sec.sent += self.sent - sent
+            sec.scheduled += self.scheduled - scheduled
+            sec.dropped += sum(self.dropped.values()) - dropped
+            self._mark = (self.sent, self.scheduled, sum(self.dropped.values()))
 
     def streamed(self, template: str, first_us: int, gaps: list[int], responses: int,
                  latency_us: int, goodput: tuple[int, int, int] | None,
@@ -154,8 +208,12 @@ class StepWindow:
         h = self.histograms.get(template)
         if h is None:
             h = self.histograms[template] = new_histogram()
-        if not record_value(h, latency_us if latency_us > LOWEST_US else LOWEST_US):
+        value = latency_us if latency_us > LOWEST_US else LOWEST_US
+        if not record_value(h, value):
             self.out_of_range += 1
+        sec = self.second()
+        sec.ok[template] += 1
+        record_value(sec.hist, value)
         if service_us is not None:
             s = self.service.get(template)
             if s is None:
@@ -170,6 +228,7 @@ class StepWindow:
 
     def error(self, template: str, code: str, message: str = "") -> None:
         self.errors.setdefault(template, Counter())[code] += 1
+        self.second().errors[code] += 1
         self.keep_message(code, message)
 
     def keep_message(self, code: str, message: str, count: int = 1) -> None:
@@ -211,7 +270,9 @@ class StepWindow:
 
     def to_wire(self) -> dict[str, Any]:
         """Everything the window holds, as plain data a Locust message can carry."""
+        self.settle()
         return {
+            "seconds": {str(i): sec.to_wire() for i, sec in self.seconds.items()},
             "histograms": self.encoded(),
             "service": self.encoded_service(),
             "errors": {n: dict(c) for n, c in self.errors.items()},
@@ -261,6 +322,11 @@ class StepWindow:
         self.scheduled += int(data.get("scheduled", 0))
         for name, used in data.get("payloads", {}).items():
             self.payloads.setdefault(name, set()).update(used)
+        for i, sec in data.get("seconds", {}).items():  # by seconds since each window opened
+            mine = self.seconds.get(int(i))
+            if mine is None:
+                mine = self.seconds[int(i)] = Second()
+            mine.add_wire(sec)
 
 
 class Recorder:

@@ -201,6 +201,9 @@ class FakeDrive:
         self.record = False
         return Collected(_window(self.step, self.per_step), True, 0.01, 0)
 
+    def in_flight(self) -> int | None:
+        return None
+
     def live_window(self) -> StepWindow | None:
         return None
 
@@ -232,6 +235,11 @@ class FakeController:
 
     def server_live(self) -> bool:
         return True
+
+    def metrics(self) -> MetricsSnapshot:
+        return MetricsSnapshot(error="no metrics in this unit")
+
+    watched = ("dense",)
 
     def restore(self) -> list[dict[str, str]]:
         return []

@@ -85,6 +85,11 @@ def _run_options(r: argparse.ArgumentParser) -> None:
     r.add_argument("--out", help="report folder (default reports/<UTC timestamp>-<name>/)")
     r.add_argument("--seed", type=int, default=0, help="seed for the request mix (default 0)")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
+    r.add_argument("--prometheus-port", type=int, default=0, metavar="P",
+                   help="serve loadkit's live metrics for Prometheus on this port while the run "
+                        "lasts (docs/observe.md)")
+    r.add_argument("--prometheus-host", default="127.0.0.1",
+                   help="interface for --prometheus-port (default 127.0.0.1)")
     d = r.add_argument_group("distributed (Locust master + workers)")
     d.add_argument(
         "--workers", type=int, default=0, metavar="N",

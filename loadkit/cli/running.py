@@ -61,10 +61,32 @@ def cmd_run(args: argparse.Namespace) -> int:
             user_classes=[TritonUser], shape_class=LoadkitShape(), stop_timeout=5,
             parsed_options=_master_options() if distributed else None,
         )
-        code = _drive(run, env, args, out_dir)
+        exporter = _exporter(run, args)
+        try:
+            code = _drive(run, env, args, out_dir)
+        finally:
+            if exporter is not None:
+                exporter.stop()
     print((out_dir / "summary.md").read_text())
     print(f"report: {out_dir}")
     return code
+
+
+def _exporter(run: Any, args: argparse.Namespace) -> Any:
+    """`--prometheus-port`: loadkit's live metrics while the run lasts (run/exporter.py)."""
+    if not args.prometheus_port:
+        return None
+    from loadkit.control.embedded import LOOPBACK_HOSTS
+    from loadkit.run.exporter import Exporter
+
+    host = args.prometheus_host
+    if host not in LOOPBACK_HOSTS:
+        err(f"warning: live metrics on {host}:{args.prometheus_port} can be read by anyone who "
+            "can reach it (they name the scenario's templates and target)")
+    exporter = Exporter(run)
+    exporter.start(host, args.prometheus_port)
+    _say(f"live metrics: http://{host}:{args.prometheus_port}/metrics")
+    return exporter
 
 
 def capacity_spec(args: argparse.Namespace) -> Any:

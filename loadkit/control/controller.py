@@ -61,7 +61,7 @@ class Snapshot:
 def _explain(exc: ControlError) -> str:
     # Triton answers a load on a server that polls its repository (or has model control off)
     # with UNAVAILABLE; a refused config is INVALID_ARG / INTERNAL.
-    if exc.code == "UNAVAILABLE":
+    if exc.code == "UNAVAILABLE" and "failed to connect" not in str(exc).lower():
         return (
             f"{exc} (if the server is not in explicit model-control mode, start tritonserver "
             "with --model-control-mode=explicit to let loadkit swap configs)"
@@ -86,6 +86,15 @@ class Controller:
 
     def server_live(self) -> bool:
         return self.control.is_live()
+
+    def metrics(self) -> MetricsSnapshot:
+        """One scrape of the server's metrics (the timeline samples it once a second)."""
+        return self.control.metrics()
+
+    @property
+    def watched(self) -> tuple[str, ...]:
+        """Every model whose statistics a step reads: the configured and the observed."""
+        return self.models + self.observed
 
     def snapshot(self) -> Snapshot:
         """Statistics and metrics together, taken while nothing is in flight.

@@ -25,6 +25,7 @@ MODEL_COUNTERS = (
     "nv_inference_compute_input_duration_us",
     "nv_inference_compute_infer_duration_us",
     "nv_inference_compute_output_duration_us",
+    "nv_inference_pending_request_count",  # a gauge: requests waiting or executing now
 )
 # Server-wide gauges, taken at the end of a step (Triton refreshes them every metrics interval).
 GAUGES = (
@@ -88,7 +89,9 @@ def diff_metrics(
         if model not in models:
             continue
         delta = value - before.counters.get((model, key), 0.0)
-        if delta < 0:  # the model was reloaded in between: Triton restarted its counters
+        if key == "nv_inference_pending_request_count":
+            delta = value  # a gauge: its value at the end, not a difference
+        elif delta < 0:  # the model was reloaded in between: Triton restarted its counters
             delta = value
         name = key.removeprefix("nv_inference_")
         per_model.setdefault(model, {})[name] = round(delta, 3)

@@ -272,6 +272,9 @@ class MasterDrive:
         }
         return Collected(window, drained, cpu, rss, in_flight, workers)
 
+    def in_flight(self) -> int | None:
+        return None  # the workers know theirs; the timeline's in-flight is local runs only
+
     def live_window(self) -> StepWindow | None:
         """The current step merged from the workers' last periodic reports (every ~3 s)."""
         if not self.recording or self.step is None:

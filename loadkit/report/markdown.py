@@ -7,6 +7,7 @@ from typing import Any
 from loadkit.report import streaming
 from loadkit.report import tune as tune_report
 from loadkit.report.compare import Comparison, highlights, load_label, pct_change
+from loadkit.report.timeline import error_notes
 from loadkit.report.units import ms
 from loadkit.run.accounting import first_message
 from loadkit.run.slo import fmt_value
@@ -76,6 +77,7 @@ def summary_table(results: dict[str, Any]) -> str:
         if open_steps:
             out += _open_loop_notes(open_steps)
     out += _worker_notes(results)
+    out += error_notes(results)
     if results.get("capacity"):
         out.append(capacity_table(results["capacity"]))
     if results.get("tune"):

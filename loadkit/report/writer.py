@@ -18,6 +18,7 @@ from loadkit.report.compare import build
 from loadkit.report.html import render_html
 from loadkit.report.markdown import capacity_table, comparison_table, summary_table
 from loadkit.report.plots import capacity_search, render_plots, tune_pareto
+from loadkit.report.timeline import plot as timeline_plot
 from loadkit.report.tune import write_best
 from loadkit.run.results import RESULTS_FORMAT, RunResult
 from loadkit.run.slo import junit_xml
@@ -106,6 +107,10 @@ def render_comparison(
             plots[f"capacity_search{i or ''}.png"] = capacity_search(cap)
         for i, tune in enumerate(r["tune"] for _, r, _ in runs if r.get("tune")):
             plots[f"tune_pareto{i or ''}.png"] = tune_pareto(tune)
+        if len(runs) == 1:  # a run's own report: the run second by second
+            png = timeline_plot(runs[0][1])
+            if png is not None:
+                plots["timeline.png"] = png
         for name, png in plots.items():
             atomic_write(out_dir / name, png)
         atomic_write(out_dir / "comparison.md", md)

@@ -34,6 +34,7 @@ from loadkit.run.drive import Drive
 from loadkit.run.results import PhaseResult, RunResult, RunStatus
 from loadkit.run.slo import check_phase, failed
 from loadkit.run.step_result import build_step_result
+from loadkit.run.timeline import Sampler
 from loadkit.scenario import Scenario, Threshold
 
 
@@ -75,6 +76,7 @@ class Conductor:
         self._wake = Event()
         self.lost_at = ""
         self.greenlet: gevent.Greenlet | None = None
+        self._sampler: Sampler | None = None
 
     def start(self) -> None:
         if self.greenlet is None:
@@ -220,6 +222,8 @@ class Conductor:
             if not self.run.controller.server_live():
                 self.lost_at = utcnow()
                 return False
+            if self._sampler is not None:  # the timeline's server side, once a second
+                self._sampler.tick()
         return True
 
     def _snapshot(self) -> Snapshot | None:
@@ -253,11 +257,18 @@ class Conductor:
         started_at = utcnow()
         self._set_stage("measuring", step.duration_s)
         t0 = time.monotonic()
+        sampler = self._sampler = Sampler(run.controller.metrics, run.controller.watched,
+                                          drive.in_flight)
+        sampler.start(before.metrics if before is not None else None)
         drive.begin(step, record=True)
         completed = self._watch(step.duration_s)
         got = drive.end(drain_s)
         duration = time.monotonic() - t0
+        self._sampler = None
         after = self._snapshot() if before is not None else None
+        if after is not None:
+            sampler.samples.append((time.monotonic() - sampler.t0, after.metrics,
+                                    drive.in_flight()))
         assert got is not None
         if not got.drained:
             run.events.add(DrainTimeout(step.key, got.in_flight))
@@ -267,6 +278,7 @@ class Conductor:
             step, got, before, after, started_at, duration, "ok" if ok else "partial",
             run.batch_sizes, run.template_models, run.scenario.target.shared,
             run.composing, run.scenario.goodput is not None, run.input_tokens,
+            sampler.rows(),
         )
         pr.steps.append(result)
         if result.accounting["status"] == "mismatch":

@@ -48,5 +48,8 @@ class Drive(Protocol):
     def live_window(self) -> StepWindow | None:
         """A copy of the window being measured, for progress lines and the web UI."""
 
+    def in_flight(self) -> int | None:
+        """Requests in flight now (None: not known here, e.g. on a master)."""
+
     def stop(self) -> None:
         """The run is over: stop sending for good."""

@@ -56,6 +56,8 @@ class StepResult:
     # responses, tokens/s and goodput over every streaming template (run/streaming.py); each
     # template's own are in `client`.
     streaming: dict[str, Any] = field(default_factory=dict)
+    # One row per second of the window (run/timeline.py): client and server side.
+    timeline: list[dict[str, Any]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)

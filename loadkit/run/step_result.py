@@ -15,6 +15,7 @@ from loadkit.run.accounting import check_step
 from loadkit.run.drive import Collected
 from loadkit.run.results import StepResult
 from loadkit.run.streaming import streaming_results
+from loadkit.run.timeline import client_rows, step_rows
 
 
 def build_step_result(
@@ -31,6 +32,7 @@ def build_step_result(
     composing: dict[str, str] | None = None,
     goodput: bool = False,
     input_tokens: dict[str, tuple[float, str]] | None = None,
+    server_rows: dict[int, dict[str, Any]] | None = None,
 ) -> StepResult:
     window = got.window
     streamed, streaming = streaming_results(window, duration_s, goodput, input_tokens or {})
@@ -45,6 +47,10 @@ def build_step_result(
         name: {
             "requests": window.successes(name),
             "errors": sum(window.errors.get(name, {}).values()),
+            **({"errors_by_code": dict(window.errors[name])} if window.errors.get(name)
+               else {}),
+            **({"dropped": window.dropped[name]} if window.dropped.get(name) else {}),
+            **({"late": window.late[name]} if window.late.get(name) else {}),
             "latency_us": latency_summary(window.histograms[name])
             if name in window.histograms
             else {},
@@ -143,4 +149,5 @@ def build_step_result(
                               shared),
         server_unavailable=unavailable,
         streaming=streaming,
+        timeline=step_rows(client_rows(window, duration_s, batch_sizes), server_rows or {}),
     )

@@ -146,6 +146,13 @@ class TuneConductor(Conductor):
             return None
         trial = self._record(n, point, overlays, pr)
         self.trials.append(trial)
+        if trial["status"] == "failed" and not self.run.controller.server_live():
+            self.abort(f"the server could not be reached after trial {n} ({trial['reason']}); "
+                       "the search stops here", 1, "aborted")
+        elif trial["status"] == "failed" and "--model-control-mode=explicit" in trial["reason"]:
+            # no config can be loaded on this server: every further trial would say the same
+            self.abort(f"loadkit tune swaps configs through Triton's model control: "
+                       f"{trial['reason']}", 1, "aborted")
         self._publish()
         self.run.save()
         return trial

@@ -1,0 +1,225 @@
+"""`--prometheus-port`: loadkit's own metrics, live, for the dashboards a platform team already
+has (Prometheus + Grafana, beside Triton's nv_inference_* and nv_gpu_* series).
+
+Counts are those of the measured windows, the numbers results.json will hold: the finished
+steps plus the window being measured (warm-ups are not counted). A greenlet on the run's hub
+refreshes one snapshot a second; the HTTP server (prometheus_client, its own thread) only reads
+that snapshot, so a scrape never touches the engine.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import gevent
+from hdrh.histogram import HdrHistogram
+from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client.core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+
+from loadkit.errors import LoadkitError
+from loadkit.record import StepWindow, decode, new_histogram
+
+log = logging.getLogger("loadkit.exporter")
+BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
+             10.0, 30.0)
+QUANTILES = (0.5, 0.9, 0.99, 0.999)
+REFRESH_S = 1.0
+STEP_CHECK_S = 0.1
+
+
+class ExporterError(LoadkitError):
+    exit_code = 2
+
+
+class Totals:
+    """Successes, errors, dropped and late per template, and latency histograms, summed."""
+
+    def __init__(self) -> None:
+        self.ok: Counter[str] = Counter()
+        self.errors: Counter[tuple[str, str]] = Counter()
+        self.dropped: Counter[str] = Counter()
+        self.late: Counter[str] = Counter()
+        self.hists: dict[str, HdrHistogram] = {}
+
+    def add_window(self, window: StepWindow) -> None:
+        for name, h in window.histograms.items():
+            self.ok[name] += h.get_total_count()
+            self._hist(name).add(h)
+        self._counts(window)
+
+    def add_step(self, step: Any) -> None:
+        """A finished step, from its result (histograms encoded as in histograms.json)."""
+        for name, text in step.histograms.items():
+            h = decode(text)
+            self.ok[name] += h.get_total_count()
+            self._hist(name).add(h)
+        for name, c in step.client.items():
+            for code, n in c.get("errors_by_code", {}).items():
+                self.errors[(name, code)] += n
+            self.dropped[name] += c.get("dropped", 0)
+            self.late[name] += c.get("late", 0)
+
+    def _counts(self, window: StepWindow) -> None:
+        for name, codes in window.errors.items():
+            for code, n in codes.items():
+                self.errors[(name, code)] += n
+        self.dropped.update(window.dropped)
+        self.late.update(window.late)
+
+    def _hist(self, name: str) -> HdrHistogram:
+        if name not in self.hists:
+            self.hists[name] = new_histogram()
+        return self.hists[name]
+
+    def plus(self, window: StepWindow | None) -> Totals:
+        out = Totals()
+        out.ok.update(self.ok)
+        out.errors.update(self.errors)
+        out.dropped.update(self.dropped)
+        out.late.update(self.late)
+        for name, h in self.hists.items():
+            out._hist(name).add(h)
+        if window is not None:
+            out.add_window(window)
+        return out
+
+
+def _buckets(h: HdrHistogram) -> list[tuple[str, float]]:
+    """Cumulative counts at each bucket bound (seconds), as a Prometheus histogram has them."""
+    counts = [0] * len(BUCKETS_S)
+    for item in h.get_recorded_iterator():
+        v_s = item.value_iterated_to / 1e6
+        for i, bound in enumerate(BUCKETS_S):
+            if v_s <= bound:
+                counts[i] += item.count_at_value_iterated_to
+                break
+    out, total = [], 0
+    for bound, n in zip(BUCKETS_S, counts, strict=True):
+        total += n
+        out.append((repr(bound), total))
+    out.append(("+Inf", h.get_total_count()))
+    return out
+
+
+class Exporter:
+    """The live metrics of one run; `start` serves them, `stop` closes the port."""
+
+    def __init__(self, run: Any):
+        self.run = run
+        self.done = Totals()  # finished steps
+        self.counted = 0  # how many finished steps `done` holds
+        self.snapshot: dict[str, Any] = {"totals": Totals(), "live": None, "status": {}}
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self)  # type: ignore[arg-type]
+        self.server: Any = None
+        self.thread: Any = None
+        self.greenlet: gevent.Greenlet | None = None
+
+    def start(self, host: str, port: int) -> None:
+        try:
+            self.server, self.thread = start_http_server(port, addr=host,
+                                                         registry=self.registry)
+        except OSError as exc:
+            raise ExporterError(f"--prometheus-port {port}: cannot listen on {host}:{port}: "
+                                f"{exc}") from None
+        self.refresh()
+        self.greenlet = gevent.spawn(self._loop)
+
+    def stop(self) -> None:
+        if self.greenlet is not None:
+            self.greenlet.kill(block=False)
+        self.refresh()
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None
+
+    def _loop(self) -> None:
+        """Refresh every second, and as soon as a step finishes (so the finished numbers are
+        served before the run winds up and closes the port)."""
+        last = 0.0
+        while True:
+            gevent.sleep(STEP_CHECK_S)
+            finished = sum(len(p.steps) for p in self.run.result.phases)
+            now = time.monotonic()
+            if finished == self.counted and now - last < REFRESH_S:
+                continue
+            last = now
+            try:
+                self.refresh()
+            except Exception:  # a bad refresh must not end the run; the next one may work
+                log.exception("refreshing the live metrics failed")
+
+    def refresh(self) -> None:
+        """Fold finished steps into the totals and take the live window (on the hub)."""
+        steps = [s for p in self.run.result.phases for s in p.steps]
+        for step in steps[self.counted:]:
+            self.done.add_step(step)
+        self.counted = len(steps)
+        live = self.run.drive.live_window() if self.run.conductor.stage == "measuring" else None
+        status = self.run.conductor.status()
+        self.snapshot = {"totals": self.done.plus(live), "live": live, "status": status,
+                         "in_flight": self.run.drive.in_flight()}
+
+    def collect(self) -> Iterator[Metric]:
+        snap = self.snapshot
+        totals: Totals = snap["totals"]
+        status = snap["status"]
+        requests = CounterMetricFamily("loadkit_requests", "Successful requests in measured "
+                                       "windows, per request template", labels=["template"])
+        for name, n in sorted(totals.ok.items()):
+            requests.add_metric([name], n)
+        yield requests
+        errors = CounterMetricFamily("loadkit_errors", "Failed requests in measured windows, "
+                                     "per template and gRPC status code",
+                                     labels=["template", "code"])
+        for (name, code), n in sorted(totals.errors.items()):
+            errors.add_metric([name, code], n)
+        yield errors
+        dropped = CounterMetricFamily("loadkit_dropped", "Open loop: scheduled sends dropped "
+                                      "(max_concurrency in flight)", labels=["template"])
+        late = CounterMetricFamily("loadkit_late", "Open loop: sends later than "
+                                   "late_tolerance", labels=["template"])
+        for name, n in sorted(totals.dropped.items()):
+            dropped.add_metric([name], n)
+        for name, n in sorted(totals.late.items()):
+            late.add_metric([name], n)
+        yield dropped
+        yield late
+        latency = HistogramMetricFamily("loadkit_latency_seconds", "Latency of successful "
+                                        "requests in measured windows (from HDR histograms)",
+                                        labels=["template"])
+        for name, h in sorted(totals.hists.items()):
+            latency.add_metric([name], _buckets(h),
+                               sum_value=h.get_mean_value() * h.get_total_count() / 1e6)
+        yield latency
+        quantiles = GaugeMetricFamily("loadkit_step_latency_seconds", "HDR quantiles of the "
+                                      "step being measured", labels=["template", "quantile"])
+        live: StepWindow | None = snap["live"]
+        if live is not None:
+            for name, h in sorted(live.histograms.items()):
+                if h.get_total_count():
+                    for q in QUANTILES:
+                        quantiles.add_metric([name, str(q)],
+                                             h.get_value_at_percentile(q * 100) / 1e6)
+        yield quantiles
+        step = GaugeMetricFamily("loadkit_step_info", "The phase and step now running "
+                                 "(value 1) and what it is doing",
+                                 labels=["phase", "step", "load", "stage"])
+        if status:
+            step.add_metric([str(status.get("phase", "")), str(status.get("step", "")),
+                             str(status.get("load", "")), str(status.get("stage", ""))], 1)
+        yield step
+        flight = GaugeMetricFamily("loadkit_in_flight", "Requests in flight in this process")
+        if snap.get("in_flight") is not None:
+            flight.add_metric([], snap["in_flight"])
+        yield flight
