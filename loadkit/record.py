@@ -149,8 +149,7 @@ class StepWindow:
         """The bucket of this moment; moving on settles what the last one sent."""
         i = int(time.monotonic() - self.opened)
         if i != self._now:
-            self.settle()
-            self._mark = (self.sent, self.scheduled, sum(self.dropped.values()))
+            self.settle()  # the second before gets what was sent meanwhile (none: kept for i)
             self._now = i
             if i not in self.seconds:
                 self.seconds[i] = Second()

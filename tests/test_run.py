@@ -38,6 +38,12 @@ def assert_accounted(step: dict) -> None:
         assert step["server"][model]["success"] == n, (model, step["server"][model], n)
     assert sum(per_model.values()) == step["requests"]
     assert step["accounting"]["status"] == "ok", step["accounting"]  # the run checked it too
+    # the timeline's seconds add up to the step exactly (merged across workers too)
+    timeline = step["timeline"]
+    assert sum(r["requests"] for r in timeline) == step["requests"]
+    assert sum(sum(r["errors"].values()) for r in timeline) == sum(step["errors"].values())
+    assert [r["t"] for r in timeline] == list(range(len(timeline)))
+    assert len(timeline) >= int(step["duration_s"])
 
 
 @pytest.fixture(scope="module")

@@ -88,6 +88,17 @@ def test_triton_tab_shows_the_numbers_of_results_json(ui) -> None:
 
             cells = wait_for(table, 30, "the Triton tab to show every step's final numbers",
                              poll=0.2)
+
+            def chart() -> bool:
+                """The tab's chart (charts.js) with one point per step for each line."""
+                svg = page.locator("#loadkit-chart")
+                return (svg.count() == 1 and svg.get_attribute("data-points") == "3"
+                        and page.locator("#loadkit-chart circle.loadkit-thr").count() == 3)
+
+            wait_for(chart, 30, "the Triton tab's chart to draw every step", poll=0.2)
+            phases_drawn = page.locator("#loadkit-chart .loadkit-phase").count()
+            titles = [t.text_content() for t in
+                      page.locator("#loadkit-chart circle.loadkit-p99 title").all()]
             page.screenshot(path=str(tmp / "triton-tab.png"), full_page=True)
         finally:
             browser.close()
@@ -103,6 +114,10 @@ def test_triton_tab_shows_the_numbers_of_results_json(ui) -> None:
         assert row[4:10] == [str(s["requests"]), f"{s['throughput']:.1f}", ms(lat["p50"]),
                              ms(lat["p90"]), ms(lat["p99"]), ms(lat["p999"])], row
         assert row[11] == f"{s['server']['dense']['avg_batch']:.2f}"
+    assert phases_drawn == 2  # baseline and batching, each marked where it starts
+    # the chart's p99 is the table's (HDR, ms with decimals)
+    assert titles == [f"{p} step {s['index'] + 1}: p99 {s['latency_us']['p99'] / 1000:.3f} ms"
+                      for p, s in steps], titles
     batching = shown[("batching", "1")]
     assert "dynamic_batching" in batching[-1] and "%" in batching[-2]
     # the HTML report is served from the UI once the run is over

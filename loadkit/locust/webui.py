@@ -3,7 +3,8 @@ in the template args, rows in /stats/requests' `extended_stats`, a Flask bluepri
 
 Locust's own statistics are whole milliseconds; this tab shows loadkit's HDR percentiles (ms with
 decimals) per step, Triton's own queue / compute / batch figures beside them, the phase's config
-overlay, the change against the first phase at the same load, and a link to the HTML report.
+overlay, the change against the first phase at the same load, and a link to the HTML report;
+above the table, charts.js draws throughput and p99 per step with the phases marked.
 The rows are built from the same results.json data the report is, so the two always agree.
 """
 
@@ -165,6 +166,11 @@ def install(environment: Any) -> None:
         return jsonify({"out_dir": str(run.out_dir), "stage": run.conductor.stage,
                         "status": run.result.status, "rows": rows()})
 
+    @blueprint.route("/charts.js")
+    def charts() -> Response:
+        script = (Path(__file__).parent / "charts.js").read_text()
+        return make_response(script, 200, {"Content-Type": "text/javascript"})
+
     @blueprint.route("/report")
     def report() -> Response:
         page = Path(current().out_dir) / "report.html"
@@ -177,6 +183,13 @@ def install(environment: Any) -> None:
         if request.path.endswith("/stats/requests") and response.is_json:
             extended = [{"key": TAB_KEY, "data": rows()}]
             response.set_data(json.dumps({**response.json, "extended_stats": extended}))
+        elif request.path == "/" and response.mimetype == "text/html" \
+                and not response.direct_passthrough:
+            # Locust's extended tabs are tables only: the charts come with a script of ours
+            page = response.get_data(as_text=True)
+            tag = '<script defer src="./loadkit/charts.js"></script>'
+            if "</body>" in page and tag not in page:
+                response.set_data(page.replace("</body>", tag + "</body>", 1))
         return response
 
     web_ui.app.register_blueprint(blueprint)

@@ -61,6 +61,11 @@ def error_notes(results: dict[str, Any]) -> list[str]:
     return out
 
 
+def _mid(row: dict[str, Any]) -> float:
+    """The middle of a row's second (the last one of a window may be shorter)."""
+    return float(row["at"] + row.get("length_s", 1.0) / 2)
+
+
 def _segments(timeline: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     out: list[list[dict[str, Any]]] = []
     for r in timeline:
@@ -84,8 +89,8 @@ def plot(results: dict[str, Any]) -> bytes | None:
     p99 = top.twinx()
     for seg in _segments(timeline):  # one line per step: warm-ups are not measured
         whole = [r for r in seg if r.get("length_s", 1.0) >= 0.5]  # not a sliver of a second
-        top.plot([r["at"] for r in whole], [r["infer_s"] for r in whole], color="C0", lw=1)
-        pts = [(r["at"], r["p99_us"] / 1000) for r in whole if "p99_us" in r]
+        top.plot([_mid(r) for r in whole], [r["infer_s"] for r in whole], color="C0", lw=1)
+        pts = [(_mid(r), r["p99_us"] / 1000) for r in whole if "p99_us" in r]
         p99.plot([a for a, _ in pts], [v for _, v in pts], color="C3", lw=1)
     top.set_ylabel("infer/s", color="C0")
     top.set_ylim(bottom=0)
@@ -108,9 +113,10 @@ def plot(results: dict[str, Any]) -> bytes | None:
                   "dashed)", fontsize="medium")
     codes = sorted({c for r in timeline for c in r.get("errors", {})})
     for i, code in enumerate(codes):
-        mid.bar(at, [r.get("errors", {}).get(code, 0) for r in timeline], width=1.0,
+        mid.bar(at, [r.get("errors", {}).get(code, 0) for r in timeline],
+                width=[r.get("length_s", 1.0) for r in timeline], align="edge",
                 color=f"C{(i + 3) % 10}", label=code, alpha=0.8)
-    rejected = [(r["at"], sum(s.get("failure", {}).get("REJECTED", 0)
+    rejected = [(_mid(r), sum(s.get("failure", {}).get("REJECTED", 0)
                               for s in r.get("server", {}).values())) for r in timeline]
     if any(n for _, n in rejected):
         mid.plot([a for a, _ in rejected], [n for _, n in rejected], color="black", lw=1,
@@ -121,7 +127,7 @@ def plot(results: dict[str, Any]) -> bytes | None:
     models = sorted({m for r in timeline for m in r.get("server", {})})
     for i, model in enumerate(models):
         for j, seg in enumerate(_segments(timeline)):
-            q = [(r["at"], r["server"][model]["queue_us"] / 1000) for r in seg
+            q = [(_mid(r), r["server"][model]["queue_us"] / 1000) for r in seg
                  if "queue_us" in r.get("server", {}).get(model, {})]
             low.plot([a for a, _ in q], [v for _, v in q], color=f"C{i}", lw=1,
                      label=f"{model} queue ms" if j == 0 else None)
@@ -131,7 +137,8 @@ def plot(results: dict[str, Any]) -> bytes | None:
     if any(gauge in r.get("gauges", {}) for r in timeline):
         util = low.twinx()
         for seg in _segments(timeline):
-            g = [(r["at"], r["gauges"][gauge] * 100) for r in seg if gauge in r.get("gauges", {})]
+            g = [(_mid(r), r["gauges"][gauge] * 100) for r in seg
+                 if gauge in r.get("gauges", {})]
             util.plot([a for a, _ in g], [v for _, v in g], color="grey", lw=1, ls=":")
         util.set_ylabel(f"server {gauge.split('_')[0].upper()} % (dotted)")
         util.set_ylim(bottom=0)

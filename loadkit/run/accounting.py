@@ -50,6 +50,15 @@ def check_step(
     if open_loop:
         checks.append(_check("scheduled == sent + dropped", window.scheduled,
                              window.sent + dropped))
+    window.settle()  # the timeline's seconds add up to the step (record.Second)
+    seconds = window.seconds.values()
+    checks.append(_check("timeline successes == successes",
+                         sum(sum(s.ok.values()) for s in seconds), successes))
+    checks.append(_check("timeline errors == errors",
+                         sum(sum(s.errors.values()) for s in seconds), errors))
+    if window.seconds:
+        checks.append(_check("timeline sent == sent", sum(s.sent for s in seconds),
+                             window.sent))
     skipped: list[str] = []
     for model in dict.fromkeys(models.values()):
         templates = [t for t, m in models.items() if m == model]

@@ -1,0 +1,143 @@
+"""Watching a run: the per-second timeline (with the server's rejections at the second they
+happened), live Prometheus metrics that end at results.json's numbers, and the Grafana
+dashboard's queries against the series loadkit and Triton really expose."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from conftest import ROOT, loadkit, results, wait_for, write
+
+from loadkit.control.metrics import GAUGES
+
+DENSE = """
+name: observe
+requests:
+  dense_b1:
+    model: dense
+    batch_size: 1
+    inputs:
+      INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 7}}
+phases:
+  - name: {name}
+    load: {{concurrency: {conc}, step_duration: {dur}, warmup: 0.5s}}
+{config}
+"""
+GUARD = """    config:
+      dense:
+        parameters: {device_us: "3000"}
+        dynamic_batching:
+          max_queue_delay_microseconds: 100
+          default_queue_policy: {max_queue_size: 2}
+"""
+SERIES = re.compile(r"\b((?:loadkit|nv)_[a-z_]+)\b")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> dict[str, float] | None:
+    """{'name{labels}': value} of one scrape, None when nothing listens."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as resp:
+            text = resp.read().decode()
+    except (urllib.error.URLError, OSError):
+        return None
+    out = {}
+    suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"),
+                "gauge": ("",)}
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):  # a family with no samples yet is still served
+            _, _, name, kind = line.split()
+            name = name.removesuffix("_total")  # prometheus_client writes counters' TYPE so
+            for suffix in suffixes.get(kind, ("",)):
+                out[f"#{name}{suffix}"] = 0.0
+        elif line and not line.startswith("#"):
+            key, value = line.rsplit(" ", 1)
+            out[key] = float(value)
+    return out
+
+
+def test_live_metrics_end_at_the_reports_numbers_and_the_dashboard_queries_exist(
+        tmp_path: Path, triton: Any) -> None:
+    scen = write(tmp_path / "p.yaml", DENSE.format(name="live", conc="[2, 4]", dur="2s",
+                                                  config=""))
+    out, port = tmp_path / "live", free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "loadkit", "run", str(scen), "--target", triton.grpc_address,
+         "--metrics", triton.metrics_url, "--out", str(out), "--quiet",
+         "--prometheus-port", str(port)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    scrapes: list[dict[str, float]] = []
+    try:
+        wait_for(lambda: scrape(port) is not None, 60, "the live metrics port")
+        while proc.poll() is None:
+            got = scrape(port)
+            if got is not None:
+                scrapes.append(got)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err[-2000:]
+    assert scrape(port) is None  # closed when the run ended
+    data = results(out)
+    steps = data["phases"][0]["steps"]
+    final = sum(s["client"]["dense_b1"]["requests"] for s in steps)
+    key = 'loadkit_requests_total{template="dense_b1"}'
+    seen = [s[key] for s in scrapes if key in s]
+    assert seen == sorted(seen), "a counter went down"
+    assert seen[-1] == final, (seen[-5:], final)  # the last scrape holds the report's numbers
+    assert any(v for v in seen[:-1] if 0 < v < final)  # and it was counting while it ran
+    assert any('stage="measuring"' in k for s in scrapes for k in s if "step_info" in k)
+    last = scrapes[-1]
+    assert last['loadkit_latency_seconds_count{template="dense_b1"}'] == final
+    assert last['loadkit_latency_seconds_bucket{le="+Inf",template="dense_b1"}'] == final
+
+    # every series the Grafana dashboard asks for: one loadkit serves, or Triton's endpoint
+    # (scraped now), or one of Triton's GPU gauges (this host has no GPU: control/metrics.py)
+    exposed = {k.lstrip("#").split("{")[0] for s in scrapes for k in s}
+    with urllib.request.urlopen(triton.metrics_url, timeout=5) as resp:
+        exposed |= {m for m in SERIES.findall(resp.read().decode())}
+    exposed |= set(GAUGES)
+    dash = json.loads((ROOT / "deploy" / "grafana" / "loadkit-triton.json").read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    exprs += [a["expr"] for a in dash["annotations"]["list"]]
+    asked = {m for e in exprs for m in SERIES.findall(e)}
+    assert {"loadkit_requests_total", "nv_inference_count", "nv_gpu_utilization"} <= asked
+    assert asked <= exposed, asked - exposed
+
+
+def test_the_queue_guards_rejections_show_at_the_second_they_happened(
+        tmp_path: Path, triton: Any) -> None:
+    scen = write(tmp_path / "g.yaml", DENSE.format(name="guard", conc="16", dur="3s",
+                                                  config=GUARD))
+    out = tmp_path / "guard"
+    r = loadkit("run", str(scen), "--target", triton.grpc_address, "--metrics",
+                triton.metrics_url, "--out", str(out), "--quiet")
+    step = results(out)["phases"][0]["steps"][0]
+    assert step["accounting"]["status"] == "ok", step["accounting"]
+    errors = sum(step["errors"].values())
+    assert errors > 0 and step["requests"] > 0, step["errors"]
+    timeline = step["timeline"]
+    assert sum(sum(row["errors"].values()) for row in timeline) == errors
+    # per second, not one number for the step; every second of the window refused some
+    refused = [sum(row["errors"].values()) for row in timeline if row.get("length_s", 1) == 1]
+    assert len(refused) >= 3 and all(refused), refused
+    # Triton 2.51 does not count these in nv_inference_request_failure (REJECTED stays 0): the
+    # client's side, with the server's own words, is where the guard shows
+    summary = (out / "summary.md").read_text()
+    assert "Errors over time" in summary and "Exceeds maximum queue size" in summary
+    assert (out / "timeline.png").stat().st_size > 10_000
+    assert r.returncode in (0, 1), r.stderr[-2000:]
