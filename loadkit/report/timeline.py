@@ -95,7 +95,12 @@ def plot(results: dict[str, Any]) -> bytes | None:
     top.set_ylabel("infer/s", color="C0")
     top.set_ylim(bottom=0)
     p99.set_ylabel("p99 (ms)", color="C3")
-    p99.set_ylim(bottom=0)
+    tails = [r["p99_us"] for r in timeline if r.get("p99_us")]
+    if tails and max(tails) > 20 * min(tails):  # a stall among normal seconds: both readable
+        p99.set_yscale("log")
+        p99.set_ylabel("p99 (ms, log)", color="C3")
+    else:
+        p99.set_ylim(bottom=0)
     phases, steps, swaps = marks(results)
     for ax in (top, mid, low):
         for s in steps:
