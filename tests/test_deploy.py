@@ -3,6 +3,8 @@ so what can be proven is that the files say what a GPU host needs and that loadk
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import yaml
 from conftest import ROOT, loadkit
@@ -45,7 +47,7 @@ def test_gpu_tour_validates_and_marks_its_gpu_and_plan_requirements() -> None:
     assert not needs["ort-cpu"].gpu
     assert all(r.gpu for n, r in needs.items() if n != "ort-cpu")
     assert [f.name for f in needs["tensorrt-plan"].files] == ["model.plan"]
-    accel = plan.phases[3].config["cnn"]["optimization"]["execution_accelerators"]
+    accel = plan.phases[3].config["cnn_ort"]["optimization"]["execution_accelerators"]
     assert accel["gpu_execution_accelerator"][0]["parameters"]["precision_mode"] == "FP16"
 
 
@@ -94,3 +96,114 @@ def test_k8s_headless_job_is_a_valid_loadkit_master_command() -> None:
     assert (ROOT / args.scenario).is_file()
     assert service["spec"]["selector"] == job["spec"]["template"]["metadata"]["labels"]
     assert {p["port"] for p in service["spec"]["ports"]} == {args.master_port}
+
+
+# What the stock image (nvcr.io/nvidia/tritonserver:24.10-py3) provides to the models loaded at
+# start, and where that is written down (docs/gpu.md has the same list):
+# - backends: the NGC catalog's description of the xx.yy-py3 image ("Triton with support for
+#   TensorFlow, PyTorch, TensorRT, ONNX and OpenVINO models", server issue #6806) plus the
+#   python backend and Triton's built-in ensemble;
+# - the python backend's Python packages: Triton's build.py (create_dockerfile_linux) installs
+#   python3 with pip, numpy, wheel, setuptools and virtualenv for it, nothing else; torch,
+#   tensorflow or onnxruntime are not there (server issues #4302, #5461).
+NGC_BACKENDS = {"python", "onnxruntime", "tensorrt", "pytorch", "tensorflow", "openvino",
+                "ensemble"}
+NGC_PYTHON_MODULES = {"numpy", "triton_python_backend_utils", "setuptools", "wheel",
+                      "virtualenv", "pip"}
+PLATFORM_BACKEND = {"onnxruntime_onnx": "onnxruntime", "tensorrt_plan": "tensorrt",
+                    "pytorch_libtorch": "pytorch", "tensorflow_savedmodel": "tensorflow",
+                    "tensorflow_graphdef": "tensorflow", "ensemble": "ensemble"}
+
+
+def image_lacks(model: str) -> list[str]:
+    """What `model` (as model_repository/ has it) needs that the stock image does not have."""
+    import ast
+    import sys
+
+    from loadkit.modelconfig import from_pbtxt
+
+    folder = ROOT / "model_repository" / model
+    config = from_pbtxt((folder / "config.pbtxt").read_text())
+    backend = config.get("backend") or PLATFORM_BACKEND.get(config.get("platform", ""), "?")
+    if backend not in NGC_BACKENDS:
+        return [f"backend {backend}"]
+    if backend != "python":
+        return []
+    tree = ast.parse((folder / "1" / "model.py").read_text())
+    modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
+               for a in n.names}
+    modules |= {n.module.split(".")[0] for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module and not n.level}
+    return sorted(f"python module {m}" for m in modules
+                  if m not in sys.stdlib_module_names and m not in NGC_PYTHON_MODULES)
+
+
+@pytest.mark.fast
+def test_every_model_compose_loads_at_start_needs_only_what_the_stock_image_has() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    flags = compose["services"]["triton"]["command"]
+    assert compose["services"]["triton"]["image"] == "nvcr.io/nvidia/tritonserver:24.10-py3"
+    loaded = [f.split("=", 1)[1] for f in flags if f.startswith("--load-model=")]
+    assert loaded == ["cnn_ort", "dense"]
+    for model in loaded:
+        assert image_lacks(model) == [], model
+    # the check tells: the python-backend cnn (onnxruntime inside model.py) would not start
+    assert image_lacks("cnn") == ["python module onnxruntime"]
+    assert image_lacks("dense_torch") == ["python module torch"]
+    # no Kubernetes manifest starts a Triton (they target the user's `triton` service)
+    for path in (ROOT / "deploy" / "k8s").glob("*.yaml"):
+        assert "tritonserver" not in path.read_text(), path
+    # the GPU tour runs on the model the stock image can load
+    tour = load_scenario(ROOT / "scenarios" / "gpu-tour.yaml")
+    assert tour.models == ("cnn_ort",)
+    assert (ROOT / "model_repository" / "cnn_ort" / "1" / "model.onnx").read_bytes() == (
+        ROOT / "model_repository" / "cnn" / "1" / "model.onnx").read_bytes()
+
+
+@pytest.mark.fast
+def test_the_torch_model_runs_where_triton_puts_its_instance() -> None:
+    text = (ROOT / "model_repository" / "dense_torch" / "1" / "model.py").read_text()
+    assert 'args["model_instance_kind"] == "GPU"' in text
+    assert "cuda:{args['model_instance_device_id']}" in text
+    plan = build_plan(load_scenario(ROOT / "scenarios" / "gpu-torch.yaml"))
+    assert [p.requires.gpu for p in plan.phases] == [False, True, True]
+
+
+def test_the_torch_model_serves_the_dense_function(triton: Any, control: Any) -> None:
+    """dense_torch on a CPU instance computes what `dense` does (same seeded weights); needs
+    torch in the server's python, which this machine's test venv does not have."""
+    pytest.importorskip("torch", reason="torch is not installed where the embedded Triton's "
+                        "python backend runs (the GPU host script brings it)")
+    import numpy as np
+    import tritonclient.grpc as grpcclient
+
+    from loadkit.modelconfig import from_pbtxt
+
+    config = from_pbtxt((ROOT / "model_repository" / "dense_torch" / "config.pbtxt")
+                        .read_text())
+    config["instance_group"] = [{"count": 1, "kind": "KIND_CPU"}]
+    control.load("dense_torch", config, 300)
+    try:
+        client = grpcclient.InferenceServerClient(triton.grpc_address)
+        x = np.random.default_rng(1).standard_normal((2, 256)).astype(np.float32)
+        outs = []
+        for model in ("dense", "dense_torch"):
+            inp = grpcclient.InferInput("INPUT0", [2, 256], "FP32")
+            inp.set_data_from_numpy(x)
+            outs.append(client.infer(model, [inp]).as_numpy("OUTPUT0"))
+        np.testing.assert_allclose(outs[0], outs[1], rtol=1e-4, atol=1e-4)
+    finally:
+        control.unload("dense_torch")
+
+
+@pytest.mark.fast
+def test_loadkit_serve_names_the_models_the_embedded_server_cannot_load() -> None:
+    import importlib.util
+
+    from loadkit.control.embedded import unservable
+
+    repo = ROOT / "model_repository"
+    assert "onnxruntime" in unservable(repo / "cnn_ort")
+    assert unservable(repo / "dense") == unservable(repo / "cnn") == ""
+    if importlib.util.find_spec("torch") is None:
+        assert unservable(repo / "dense_torch") == "its model.py imports torch, not installed here"

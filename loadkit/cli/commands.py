@@ -123,16 +123,17 @@ def cmd_ui(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from loadkit.control.embedded import EmbeddedServer
+    from loadkit.control.embedded import EmbeddedServer, unservable
 
-    models = tuple(
-        args.models
-        or [
-            p.name
-            for p in sorted(Path(args.model_repository).iterdir())
-            if (p / "config.pbtxt").exists()
-        ]
-    )
+    if args.models:
+        models = tuple(args.models)
+    else:  # every model this server can load; the others named, with why
+        folders = [p for p in sorted(Path(args.model_repository).iterdir())
+                   if (p / "config.pbtxt").exists()]
+        skipped = {p.name: why for p in folders if (why := unservable(p))}
+        for name, why in skipped.items():
+            err(f"not loading {name}: {why}")
+        models = tuple(p.name for p in folders if p.name not in skipped)
     server = EmbeddedServer(
         model_repository=Path(args.model_repository).resolve(),
         models=models,
