@@ -63,9 +63,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
     args = parser.parse_args()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_bytes(build().SerializeToString())
-    print(f"wrote {args.out}")
+    data = build().SerializeToString()
+    outs = [args.out]
+    if args.out == DEFAULT_OUT:  # cnn_ort serves the same file on the onnxruntime backend
+        outs.append(DEFAULT_OUT.parent.parent.parent / "cnn_ort" / "1" / "model.onnx")
+    for out in outs:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_bytes(data)
+        print(f"wrote {out}")
 
 
 if __name__ == "__main__":
