@@ -100,8 +100,9 @@ run() {
         --http-port=$port_http --grpc-port=$port_grpc --metrics-port=$port_metrics \
         --allow-gpu-metrics=true --metrics-interval-ms=1000 --exit-timeout-secs=5 \
         > "$work/tritonserver.log" 2>&1 &
-    local pid=$!
-    trap 'kill $pid 2>/dev/null || true; wait $pid 2>/dev/null || true' EXIT
+    SERVER_PID=$!
+    trap 'kill "${SERVER_PID:-}" 2>/dev/null || true; wait "${SERVER_PID:-}" 2>/dev/null || true' EXIT
+    local pid=$SERVER_PID
     for _ in $(seq 1 240); do  # a deadline, not a sleep: up to 120 s for the models to load
         if "$python" - "$port_http" <<'EOF' 2>/dev/null; then break; fi
 import sys, urllib.request
@@ -120,7 +121,6 @@ EOF
     cp "$work/tritonserver.log" "$out/" || true
     command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total --format=csv \
         > "$out/gpu.csv" || true
-    echo "report: $out"
     return $rc
 }
 

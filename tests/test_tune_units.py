@@ -148,3 +148,19 @@ def test_config_pbtxt_round_trips_through_the_protobuf() -> None:
     back = from_pbtxt(text)
     assert back["instance_group"][0]["count"] == 2
     assert back["dynamic_batching"]["preferred_batch_size"] == [4, 8]
+
+
+def test_a_gpu_memory_constraint_is_checked_where_reported_and_skipped_where_not() -> None:
+    import dataclasses
+
+    from loadkit.tune.score import judge
+
+    spec = dataclasses.replace(_spec(Objective("maximize", "throughput")),
+                               gpu_memory_bytes=8 << 30)
+    step = _step(0, 2, 100, 5)
+    ok, broken, skipped = judge(spec, step)
+    assert ok and skipped == "gpu_memory: skipped, the server's metrics report no GPU"
+    step["metrics"] = {"gauges": {"nv_gpu_memory_used_bytes/GPU-a": 6 << 30,
+                                  "nv_gpu_memory_used_bytes/GPU-b": 3 << 30}}
+    ok, broken, skipped = judge(spec, step)
+    assert not ok and broken == ["gpu_memory 9216 MiB"] and not skipped
