@@ -28,11 +28,11 @@ requests:
 tune:
   config:
     dense:
-      parameters: {{device_us: "400"}}
+      parameters: {{device_us: "{device_us}"}}
+      dynamic_batching: {{max_queue_delay_microseconds: 0}}
   models:
     dense:
-      instance_group.count: [1, 2]
-      dynamic_batching.max_queue_delay_microseconds: {delays}
+{dims}
   load: {{concurrency: {conc}, step_duration: {dur}, warmup: 0.3s}}
   objective: {{maximize: throughput}}
   constraints: {{p99: 200ms, error_rate: 0.1%}}
@@ -49,9 +49,19 @@ phases:
 """
 
 
+DIMS = """      instance_group.count: [1, 2]
+      dynamic_batching.max_queue_delay_microseconds: {delays}"""
+# Each execute holds the simulated device 4 ms whatever the batch: at concurrency 8, doubling the
+# batch or the instances doubles throughput, gaps far above this VM's drift between minutes, so
+# the climb's path is known: (1, 1) -> batch 2 -> batch 4 -> 2 instances, the grid's best.
+CLIMB = """      max_batch_size: [1, 2, 4]
+      instance_group.count: [1, 2]"""
+
+
 def scenario(tmp_path: Path, delays: str = "[0, 200, 2000]", conc: str = "8",
-             dur: str = "1.5s") -> Path:
-    return write(tmp_path / "tune.yaml", TUNE.format(delays=delays, conc=conc, dur=dur))
+             dur: str = "1.5s", dims: str = "", device_us: int = 400) -> Path:
+    return write(tmp_path / "tune.yaml", TUNE.format(
+        dims=dims or DIMS.format(delays=delays), conc=conc, dur=dur, device_us=device_us))
 
 
 def tune(*args: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
@@ -64,7 +74,7 @@ def measured(out: Path) -> list[dict[str, Any]]:
 
 def test_quick_finds_within_10_percent_of_brute_in_fewer_trials_and_the_winner_loads(
         tmp_path: Path, triton: Any, control: ServerControl) -> None:
-    path = scenario(tmp_path, dur="1s")
+    path = scenario(tmp_path, dur="1s", dims=CLIMB, device_us=4000)
     original = control.config("dense")
     runs = {}
     for strategy in ("brute", "quick"):
@@ -88,7 +98,16 @@ def test_quick_finds_within_10_percent_of_brute_in_fewer_trials_and_the_winner_l
           f"quick: {n_quick} trials, best {best_quick:.1f} infer/s")
     assert n_brute == 6
     assert n_quick < n_brute
-    assert best_quick >= 0.9 * best_brute
+    winners = [next(x for x in results(o)["tune"]["trials"]
+                    if x["trial"] == results(o)["tune"]["best"])["values"]
+               for o in (runs["brute"][2], runs["quick"][2])]
+    # quick's choice, as brute measured it in the same minutes, is within 10% of brute's best
+    # (two runs minutes apart differ by up to ~15% on this VM for the same config)
+    by_values = {json.dumps(x["values"], sort_keys=True): x["point"]["objective"]
+                 for x in results(runs["brute"][2])["tune"]["trials"] if x.get("point")}
+    assert by_values[json.dumps(winners[1], sort_keys=True)] >= 0.9 * best_brute
+    assert winners[0] == winners[1] == {"dense.max_batch_size": 4,
+                                        "dense.instance_group.count": 2}
     summary = (out / "summary.md").read_text()
     assert "## Tune" in summary and "**best**" in summary
     assert (out / "tune_pareto.png").stat().st_size > 1000
@@ -104,7 +123,8 @@ def test_quick_finds_within_10_percent_of_brute_in_fewer_trials_and_the_winner_l
         best_values = next(x for x in results(out)["tune"]["trials"]
                            if x["trial"] == results(out)["tune"]["best"])["values"]
         assert served["instance_group"][0]["count"] == best_values[
-            "dense.instance_group.count"]
+            "dense.instance_group.count"] == 2
+        assert served["max_batch_size"] == 4
         serve = write(tmp_path / "serve.yaml", SERVE)
         r = loadkit("run", str(serve), "--target", triton.grpc_address, "--out",
                     str(tmp_path / "serve"), "--quiet")
@@ -177,8 +197,7 @@ def test_a_time_budget_stops_the_search(tmp_path: Path, triton: Any) -> None:
 
 def test_a_config_triton_refuses_is_recorded_and_the_search_goes_on(
         tmp_path: Path, triton: Any) -> None:
-    path = write(tmp_path / "refused.yaml", TUNE.format(delays="[0]", conc="4", dur="1s")
-                 .replace("instance_group.count: [1, 2]", 'backend: ["python", "onnxruntime"]'))
+    path = scenario(tmp_path, conc="4", dur="1s", dims='      backend: ["python", "onnxruntime"]')
     out = tmp_path / "refused"
     r = tune(str(path), "--target", triton.grpc_address, "--strategy", "brute",
              "--out", str(out))
