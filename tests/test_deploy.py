@@ -207,3 +207,29 @@ def test_loadkit_serve_names_the_models_the_embedded_server_cannot_load() -> Non
     assert unservable(repo / "dense") == unservable(repo / "cnn") == ""
     if importlib.util.find_spec("torch") is None:
         assert unservable(repo / "dense_torch") == "its model.py imports torch, not installed here"
+
+
+def test_the_shipped_gpu_phases_skip_cleanly_on_a_host_without_a_gpu(
+        triton: Any, tmp_path: Any) -> None:
+    """scenarios/gpu-torch.yaml's phases, on `dense` (the numpy twin: torch is not here) with
+    short steps: the CPU phase measures, both GPU phases are `skipped: no GPU`, the run is
+    complete and exits 0, and the model is back on its config."""
+    from conftest import results, write
+
+    text = (ROOT / "scenarios" / "gpu-torch.yaml").read_text()
+    text = text.replace("model: dense_torch", "model: dense").replace("dense_torch:", "dense:")
+    text = text.replace('"4:32:x2", step_duration: 5s, warmup: 1s', "4, step_duration: 1s, "
+                        "warmup: 0.2s")
+    out = tmp_path / "gpu"
+    proc = loadkit("run", str(write(tmp_path / "gpu.yaml", text)), "--target",
+                   triton.grpc_address, "--metrics", triton.metrics_url, "--out", str(out),
+                   "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = results(out)
+    assert data["status"] == "complete"
+    cpu, gpu, gpu2 = data["phases"]
+    assert cpu["status"] == "ok" and cpu["steps"][0]["requests"] > 0
+    for phase in (gpu, gpu2):
+        assert phase["status"] == "skipped" and phase["reason"] == (
+            "skipped: no GPU (the server's metrics report none)"), phase
+    assert "skipped: no GPU" in (out / "summary.md").read_text()

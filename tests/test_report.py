@@ -100,8 +100,9 @@ def test_ctrl_c_mid_phase_restores_and_report_rerenders_identically(
     md = (out / "comparison.md").read_text()
     assert "| 4 | batching |" in md and "Reference: **baseline**" in md
     html = (out / "report.html").read_text()
-    assert html.count("data:image/png;base64,") == 3
-    for png in ("throughput_vs_concurrency.png", "p99_vs_throughput.png", "latency_spectrum.png"):
+    assert html.count("data:image/png;base64,") == 4
+    for png in ("throughput_vs_concurrency.png", "p99_vs_throughput.png", "latency_spectrum.png",
+                "timeline.png"):
         assert (out / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     before = {n: (out / n).read_text() for n in ("comparison.md", "summary.md")}
