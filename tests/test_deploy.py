@@ -117,9 +117,9 @@ PLATFORM_BACKEND = {"onnxruntime_onnx": "onnxruntime", "tensorrt_plan": "tensorr
 
 def image_lacks(model: str) -> list[str]:
     """What `model` (as model_repository/ has it) needs that the stock image does not have."""
-    import ast
     import sys
 
+    from loadkit.control.embedded import model_imports
     from loadkit.modelconfig import from_pbtxt
 
     folder = ROOT / "model_repository" / model
@@ -129,12 +129,7 @@ def image_lacks(model: str) -> list[str]:
         return [f"backend {backend}"]
     if backend != "python":
         return []
-    tree = ast.parse((folder / "1" / "model.py").read_text())
-    modules = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
-               for a in n.names}
-    modules |= {n.module.split(".")[0] for n in ast.walk(tree)
-                if isinstance(n, ast.ImportFrom) and n.module and not n.level}
-    return sorted(f"python module {m}" for m in modules
+    return sorted(f"python module {m}" for m in model_imports(folder)
                   if m not in sys.stdlib_module_names and m not in NGC_PYTHON_MODULES)
 
 

@@ -46,7 +46,6 @@ def unservable(folder: Path) -> str:
     """Why the embedded server cannot load this model folder ('' when it can): a backend the
     wheel does not ship (it has the python backend only), or a module the model.py imports that
     this Python does not have (the stub imports from this venv)."""
-    import ast
     import importlib.util
 
     from loadkit.modelconfig import from_pbtxt
@@ -57,17 +56,26 @@ def unservable(folder: Path) -> str:
         return ""
     if not (_pytriton_dir() / "backends" / backend).is_dir():
         return f"backend '{backend}' is not in the embedded server (python only)"
-    source = folder / "1" / "model.py"
-    if backend != "python" or not source.is_file():
+    if backend != "python":
         return ""
+    missing = sorted(m for m in model_imports(folder) - {"triton_python_backend_utils"}
+                     if importlib.util.find_spec(m) is None)
+    return f"its model.py imports {', '.join(missing)}, not installed here" if missing else ""
+
+
+def model_imports(folder: Path) -> set[str]:
+    """The top-level modules a python-backend model's 1/model.py imports (none without one)."""
+    import ast
+
+    source = folder / "1" / "model.py"
+    if not source.is_file():
+        return set()
     tree = ast.parse(source.read_text())
     names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import)
              for a in n.names}
     names |= {n.module.split(".")[0] for n in ast.walk(tree)
               if isinstance(n, ast.ImportFrom) and n.module and not n.level}
-    missing = sorted(m for m in names - {"triton_python_backend_utils"}
-                     if importlib.util.find_spec(m) is None)
-    return f"its model.py imports {', '.join(missing)}, not installed here" if missing else ""
+    return names
 
 
 def free_port(host: str = LOOPBACK) -> int:
