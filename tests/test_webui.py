@@ -81,24 +81,31 @@ def test_triton_tab_shows_the_numbers_of_results_json(ui) -> None:
 
             def table() -> list[list[str]] | None:
                 """The tab's rows once it shows every step's final count (it polls ~2 s)."""
-                rows = [[c.inner_text().strip() for c in row.locator("td").all()]
-                        for row in page.locator("table tbody tr").all()]
+                # one read of the whole table in the page: React re-renders it every ~2 s, and
+                # cell-by-cell locators could wait on a row that a re-render just replaced
+                rows = page.evaluate(
+                    "() => Array.from(document.querySelectorAll('table tbody tr')).map("
+                    "r => Array.from(r.querySelectorAll('td')).map(c => c.innerText.trim()))")
                 shown = {(r[0], r[1]): r[4] for r in rows[1:] if len(r) > 10 and r[1]}
                 return rows if all(shown.get(k) == v for k, v in final.items()) else None
 
             cells = wait_for(table, 30, "the Triton tab to show every step's final numbers",
                              poll=0.2)
 
-            def chart() -> bool:
-                """The tab's chart (charts.js) with one point per step for each line."""
-                svg = page.locator("#loadkit-chart")
-                return (svg.count() == 1 and svg.get_attribute("data-points") == "3"
-                        and page.locator("#loadkit-chart circle.loadkit-thr").count() == 3)
+            def chart() -> dict[str, Any] | None:
+                """The tab's chart (charts.js), read in one go (it is redrawn every ~2 s), once
+                it has one point per step for each line."""
+                drawn = page.evaluate(
+                    "() => { const svg = document.getElementById('loadkit-chart');"
+                    " if (!svg) return null;"
+                    " const q = s => Array.from(svg.querySelectorAll(s));"
+                    " return {points: svg.getAttribute('data-points'),"
+                    " thr: q('circle.loadkit-thr').length, phases: q('.loadkit-phase').length,"
+                    " titles: q('circle.loadkit-p99 title').map(t => t.textContent)}; }")
+                return drawn if drawn and drawn["points"] == "3" and drawn["thr"] == 3 else None
 
-            wait_for(chart, 30, "the Triton tab's chart to draw every step", poll=0.2)
-            phases_drawn = page.locator("#loadkit-chart .loadkit-phase").count()
-            titles = [t.text_content() for t in
-                      page.locator("#loadkit-chart circle.loadkit-p99 title").all()]
+            drawn = wait_for(chart, 30, "the Triton tab's chart to draw every step", poll=0.2)
+            phases_drawn, titles = drawn["phases"], drawn["titles"]
             page.screenshot(path=str(tmp / "triton-tab.png"), full_page=True)
         finally:
             browser.close()
