@@ -195,7 +195,7 @@ class LocalDrive:
         return self.engine.live_copy()
 
     def in_flight(self) -> int | None:
-        return self.engine.inflight  # an int read from another thread: a sample, not a lock
+        return self.inflight  # an int read from another thread: a sample, not a lock
 
     def attach(self, environment: Any) -> None:
         self.start_pump(environment.events.request.fire)

@@ -4,7 +4,6 @@ full grid is walked in, and the overlay each point puts on each model."""
 from __future__ import annotations
 
 import copy
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -47,11 +46,6 @@ def neighbours(radix: tuple[int, ...], point: Point, dim: int, direction: int) -
 def values(dims: tuple[Dimension, ...], point: Point) -> dict[str, Any]:
     """{'dense.instance_group.count': 2, ...}"""
     return {d.name: d.values[i] for d, i in zip(dims, point, strict=True)}
-
-
-def key(dims: tuple[Dimension, ...], point: Point) -> str:
-    """A point as text that survives results.json (for --resume)."""
-    return json.dumps(values(dims, point), sort_keys=True)
 
 
 def overlays(dims: tuple[Dimension, ...], point: Point,
