@@ -107,6 +107,16 @@ class DrainTimeout(RunEvent):
 
 
 @dataclass(frozen=True)
+class SequencesEnded(RunEvent):
+    """Sequences still open on the server (a phase ended, users stopped, an END failed) were
+    ended with an END request outside any measured window (loads/sequence.py)."""
+
+    name: ClassVar[str] = "sequences_ended"
+    before: str  # what comes next: "phase NAME", "step KEY", "the end of the run"
+    count: int
+
+
+@dataclass(frozen=True)
 class ThresholdAbort(RunEvent):
     name: ClassVar[str] = "threshold_abort"
     phase: str

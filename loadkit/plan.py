@@ -173,8 +173,16 @@ def build_plan(scenario: Scenario) -> Plan:
 def _describe_template(t: RequestTemplate) -> str:
     """'prompts: 200 distinct requests from prompts.jsonl, in random order'."""
     if t.dataset is not None:
-        n = max(1, len(t.dataset.entries) // (t.batch_size if t.batched else 1))
-        where = f"from {t.dataset.file.name} ({len(t.dataset.entries)} entries)"
+        count, b = len(t.dataset.entries), (t.batch_size if t.batched else 1)
+        n = max(1, -(-count // b))
+        where = f"from {t.dataset.file.name} ({count} entries)"
+        if count % b:
+            where += (f"; {count} is not a multiple of batch_size {b}: the last request takes "
+                      f"the last {count % b} and wraps round to the first {b - count % b}")
+        if t.sequence is not None and t.dataset.sequences:
+            lens = t.dataset.sequences
+            where += (f"; {len(lens)} sequences of {min(lens)}..{max(lens)} steps, each "
+                      "walked in order by one user")
     else:
         n, where = t.pool, "generated (seeded)"
     shapes = [f"{s.name} shapes " + ", ".join(

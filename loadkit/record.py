@@ -138,6 +138,9 @@ class StepWindow:
     # requests the template's `cancel:` cancelled after their first responses (not errors)
     cancelled: Counter[str] = field(default_factory=Counter)
     output_tokens: Counter[str] = field(default_factory=Counter)  # with a tokenizer only
+    # successful streamed requests whose final flag came with no response before it: their
+    # latency is recorded, their (absent) first response is not
+    no_response: Counter[str] = field(default_factory=Counter)
     # the timeline: one Second per second since the window opened, by completion time; the
     # counts sent/scheduled/dropped had when the current second began
     seconds: dict[int, Second] = field(default_factory=dict)
@@ -175,6 +178,9 @@ class StepWindow:
         if h is None:
             h = self.first_response[template] = new_histogram()
             self.inter_response[template] = new_histogram()
+        if not responses:  # only the final flag came: no first response to time
+            self.no_response[template] += 1
+            return
         if not record_value(h, first_us if first_us > LOWEST_US else LOWEST_US):
             self.out_of_range += 1
         gap_h = self.inter_response[template]
@@ -290,6 +296,7 @@ class StepWindow:
             "good": dict(self.good),
             "cancelled": dict(self.cancelled),
             "output_tokens": dict(self.output_tokens),
+            "no_response": dict(self.no_response),
         }
 
     def add_wire(self, data: dict[str, Any]) -> None:
@@ -311,6 +318,7 @@ class StepWindow:
         self.good.update(data.get("good", {}))
         self.cancelled.update(data.get("cancelled", {}))
         self.output_tokens.update(data.get("output_tokens", {}))
+        self.no_response.update(data.get("no_response", {}))
         self.late.update(data["late"])
         self.out_of_range += int(data["out_of_range"])
         self.own_us += int(data.get("own_us", 0))

@@ -22,12 +22,32 @@ from loadkit.control.embedded import EmbeddedServer  # noqa: E402
 ROOT = Path(__file__).resolve().parent.parent
 
 
+FIXTURE_MODELS = ROOT / "tests" / "models"  # shapes of models users bring (its README)
+
+
 @pytest.fixture(scope="session")
-def triton(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedServer:
-    log = tmp_path_factory.mktemp("triton") / "tritonserver.log"
-    server = EmbeddedServer(models=("dense", "cnn", "add_sub", "accumulate", "repeat", "blob",
-                                    "text_classifier", "image_pipeline"),
-                            log_path=log)
+def record_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the fixture models that record what they receive write (LOADKIT_RECORD_DIR)."""
+    return tmp_path_factory.mktemp("record")
+
+
+@pytest.fixture(scope="session")
+def triton(tmp_path_factory: pytest.TempPathFactory, record_dir: Path) -> EmbeddedServer:
+    """One server for the session: the shipped models and the fixture models (tests/models)
+    side by side in one repository of links."""
+    base = tmp_path_factory.mktemp("triton")
+    repository = base / "models"
+    repository.mkdir()
+    for folder in (*sorted((ROOT / "model_repository").iterdir()),
+                   *sorted(FIXTURE_MODELS.iterdir())):
+        if (folder / "config.pbtxt").is_file():
+            (repository / folder.name).symlink_to(folder)
+    os.environ["LOADKIT_RECORD_DIR"] = str(record_dir)  # the server's env (its models read it)
+    server = EmbeddedServer(model_repository=repository,
+                            models=("dense", "cnn", "add_sub", "accumulate", "repeat", "blob",
+                                    "text_classifier", "image_pipeline", "seq_record",
+                                    "silent_stream", "bls_dense"),
+                            log_path=base / "tritonserver.log")
     server.start()
     yield server
     server.stop()

@@ -201,6 +201,11 @@ class FakeDrive:
         self.record = False
         return Collected(_window(self.step, self.per_step), True, 0.01, 0)
 
+    def end_sequences(self, timeout_s: float, every: bool) -> int:
+        if every:
+            self.calls.append("end sequences")
+        return 0
+
     def in_flight(self) -> int | None:
         return None
 
@@ -256,6 +261,7 @@ class FakeHub:
         self.environment = types.SimpleNamespace(runner=None)  # no Locust runner to wait for
         self.batch_sizes = {"d": 1}
         self.template_models = {"d": "dense"}
+        self.template_calls: dict[str, dict[str, int | None]] = {"d": {"dense": 1}}
         self.composing: dict[str, str] = {}
         self.input_tokens: dict[str, tuple[float, str]] = {}
         self.saves = 0

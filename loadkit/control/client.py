@@ -212,6 +212,7 @@ class ServerControl:
             composing=tuple(s.get("model_name", "") for s in
                             cfg.get("ensemble_scheduling", {}).get("step", [])),
             optional=frozenset(i["name"] for i in cfg.get("input", []) if i.get("optional")),
+            corrid_type=corrid_type(cfg),
         )
 
     def config(self, name: str) -> dict[str, Any]:
@@ -266,3 +267,13 @@ class ServerControl:
             return bool(self._call("ModelReady", service_pb2.ModelReadyRequest(name=name), 5).ready)
         except ControlError:
             return False
+
+
+def corrid_type(config: dict[str, Any]) -> str:
+    """The correlation id's data type a sequence batcher declares ("UINT64", "STRING"), ""
+    when it declares no CONTROL_SEQUENCE_CORRID input."""
+    for control_input in config.get("sequence_batching", {}).get("control_input", []):
+        for control in control_input.get("control", []):
+            if control.get("kind") == "CONTROL_SEQUENCE_CORRID":
+                return str(control.get("data_type", "")).removeprefix("TYPE_")
+    return ""

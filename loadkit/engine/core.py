@@ -90,6 +90,7 @@ class Engine:
         self._lanes: set[Lane] = set()
         self._busy: set[Slot] = set()
         self.idle_slots: list[Slot] = []
+        self._spare: list[Slot] = []  # slots for requests outside any lane (a sequence's END)
         self.runner: LaneRunner | None = None
         self.generation = 0
         self.wire: Wire | None = None
@@ -251,6 +252,17 @@ class Engine:
                 release()
             lane.slot.done = None  # a request cut off here is not counted (the user stopped)
             self._abandon(lane.slot, "CANCELLED", "the user stopped")
+
+    def lanes(self) -> list[Lane]:
+        """(Engine thread.) The lanes running now."""
+        return list(self._lanes)
+
+    def spare_slot(self) -> Slot:
+        """(Engine thread.) A slot for a request no lane sends; hand it back when it ends."""
+        return self._spare.pop() if self._spare else Slot()
+
+    def return_slot(self, slot: Slot) -> None:
+        self._spare.append(slot)
 
     def send(self, slot: Slot, payload: bytes, done: Done, streaming: int = 0) -> None:
         """(Engine thread.) Start one request on the slot: on its own bidirectional stream

@@ -24,6 +24,38 @@ class Pools:
         # validate: true: per template, per entry, the outputs expected (None: no check)
         self.expected: list[list[dict[str, Any]] | None] = [None] * len(self.pools)
         self.validating = False
+        # per template, a data set's sequences (perf_analyzer's sequence form) as (first
+        # entry, length), handed out in turn; [] where the template has none
+        self.sequences: list[list[tuple[int, int]]] = [[] for _ in self.pools]
+        self.sequence_cursors = [0] * len(self.pools)
+
+    def set_sequences(self, lengths: Sequence[Sequence[int]]) -> None:
+        """Each template's data set sequences, by their lengths in file order."""
+        for i, lens in enumerate(lengths):
+            starts, at = [], 0
+            for n in lens:
+                starts.append((at, n))
+                at += n
+            self.sequences[i] = starts
+
+    def next_sequence(self, i: int, rng: random.Random) -> tuple[int, int] | None:
+        """(Engine thread.) Template i's next data set sequence: (first entry, length), in
+        turn (order: random: at random); None when the template has none."""
+        seqs = self.sequences[i]
+        if not seqs:
+            return None
+        if self.random_order[i]:
+            return seqs[rng.randrange(len(seqs))]
+        k = self.sequence_cursors[i]
+        self.sequence_cursors[i] = k + 1 if k + 1 < len(seqs) else 0
+        return seqs[k]
+
+    def draw_at(self, i: int, j: int, window: StepWindow | None) -> bytes:
+        """(Engine thread.) Entry j of template i's pool (a data set sequence's step)."""
+        if window is not None:
+            window.use(self.names[i], j)
+        self.last_drawn = (i, j)
+        return self.pools[i][j]
 
     def expect(self, expected: list[list[dict[str, Any]] | None]) -> None:
         self.expected = expected

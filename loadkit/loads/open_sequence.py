@@ -10,7 +10,8 @@ send; the first request's is from its scheduled time, as every open-loop request
 
 A sequence still open when the gate closes (warm-up -> measured window, or the next step of
 the same phase) goes on at the next opening instead of being left for the server to time out;
-a new phase (`engine.epoch`) ends it, since the model may have been reloaded.
+before a new phase the drive ends it with an END (loads/sequence.py end_dangling), and a
+failed request makes the sequence's next request its last.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 from loadkit.engine.core import Engine
 from loadkit.engine.slots import Lane, Result, Slot
-from loadkit.loads.sequence import END, START, Ids, id_bytes, length
+from loadkit.loads.sequence import END, START, Ids, answered, id_bytes, length, payload_for
 from loadkit.record import StepWindow
 from loadkit.scenario import SequenceSpec
 from loadkit.transport.call import frame
@@ -37,6 +38,8 @@ class _Open:
     epoch: int
     slot: Slot = field(default_factory=Slot)
     first: bool = True
+    entry: int = -1  # a data set sequence's next entry (-1: the template's own order)
+    failed: bool = False  # a request failed: the next one ends the sequence early
 
 
 class OpenSequences:
@@ -60,7 +63,7 @@ class OpenSequences:
         paused, self.paused = self.paused, []
         for seq in paused:
             if seq.epoch != self.engine.epoch:
-                self._close(seq)
+                self._drop(seq)
             else:
                 self._send_next(seq)
 
@@ -73,8 +76,10 @@ class OpenSequences:
             seq = _Open(i, 1, 0, b"", scheduled_ns, self.engine.epoch)
         else:
             corr = tracker.take()
-            seq = _Open(i, length(spec, self.lane.rng), corr, id_bytes(spec, corr),
-                        scheduled_ns, self.engine.epoch)
+            data = self.engine.requests.next_sequence(i, self.lane.rng)
+            seq = _Open(i, data[1] if data else length(spec, self.lane.rng), corr,
+                        id_bytes(spec, corr), scheduled_ns, self.engine.epoch,
+                        entry=data[0] if data else -1)
         self.open.add(seq)
         if window is not None:
             window.sent += 1
@@ -86,8 +91,9 @@ class OpenSequences:
     def _send(self, seq: _Open, window: StepWindow | None, scheduled_ns: int) -> None:
         engine = self.engine
         i = seq.template
-        payload = (engine.draw(i, self.lane.rng, window) if engine.pooled
-                   else engine.payloads[i])
+        payload = payload_for(engine, i, self.lane.rng, window, seq.entry)
+        if seq.entry >= 0:
+            seq.entry += 1
         if seq.ids:
             payload = frame(payload[5:] + seq.ids + (START if seq.first else b"") +
                             (END if seq.left == 1 else b""))
@@ -109,8 +115,14 @@ class OpenSequences:
         engine.count(name, window, (result.end_ns - scheduled_ns) // 1000, result.latency_us,
                      result)
         seq.left -= 1
-        if result.error is not None or seq.left == 0:
-            if result.error is None and seq.ids and window is not None:
+        if result.error is not None and seq.ids and seq.left > 0:
+            seq.left, seq.failed = 1, True  # the server may still hold it: END it next
+        elif result.error is not None and seq.ids and not answered(result):
+            seq.left = 1
+            self._drop(seq)  # its END may not have arrived: end_dangling sends another
+            return
+        elif result.error is not None or seq.left == 0:
+            if result.error is None and seq.ids and window is not None and not seq.failed:
                 window.sequence_done(name, (result.end_ns - seq.started_ns) // 1000)
             self._close(seq)
             return
@@ -140,11 +152,21 @@ class OpenSequences:
             tracker.give_back(seq.corr)
         self.open.discard(seq)
 
-    def release(self) -> None:
-        """Give every id back (the lane ends, or a new phase changed its load model)."""
+    def _drop(self, seq: _Open) -> None:
+        """Let the sequence go without its END (end_dangling sends it)."""
+        tracker = self.ids[seq.template]
+        if seq.ids and tracker is not None:
+            tracker.drop(seq.corr)
+        self.open.discard(seq)
+
+    def drop(self) -> None:
+        """Let every open sequence go (the lane ends, a phase or the run ends): the drive's
+        end_dangling sends their ENDs."""
         for seq in (*self.open, *self.paused):
-            self._close(seq)
+            self._drop(seq)
         self.paused = []
+
+    release = drop
 
 
 def open_sequences(engine: Engine, lane: Lane,

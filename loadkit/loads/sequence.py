@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import logging
 import random
 import time
 from dataclasses import dataclass
@@ -20,10 +21,12 @@ from dataclasses import dataclass
 from tritonclient.grpc import service_pb2
 
 from loadkit.engine.core import Engine, LaneRunner
-from loadkit.engine.slots import Lane, Result
+from loadkit.engine.slots import Lane, Result, Slot
 from loadkit.record import StepWindow
 from loadkit.scenario import ConcurrencyLoad, Scenario, SequenceSpec
 from loadkit.transport.call import frame
+
+log = logging.getLogger("loadkit.sequence")
 
 
 def _param(key: str, **value: object) -> bytes:
@@ -50,21 +53,28 @@ def length(spec: SequenceSpec, rng: random.Random) -> int:
 
 
 class Ids:
-    """Correlation ids of one template, handed out in turn, never one still open."""
+    """Correlation ids of one template, handed out in turn, never one still open.
 
-    def __init__(self, spec: SequenceSpec):
+    A sequence its sender let go of before its END (the lane stopped, the phase ended, its
+    END failed) is `dangling`: Triton still holds a slot for it until its idle timeout, so its
+    id is not handed out again until `end_dangling` has sent the END (docs/scenarios.md)."""
+
+    def __init__(self, spec: SequenceSpec, template: int = 0):
+        self.spec = spec
+        self.template = template
         self.first, self.last = spec.ids
         self.next = self.first
         self.open: set[int] = set()
+        self.dangling: set[int] = set()
 
     @property
     def full(self) -> bool:
-        return len(self.open) > self.last - self.first
+        return len(self.open) + len(self.dangling) > self.last - self.first
 
     def take(self) -> int:
         if self.full:  # the scenario check sizes the range; a leak must not spin forever
             raise RuntimeError(f"all correlation ids {self.first}..{self.last} are open")
-        while self.next in self.open:
+        while self.next in self.open or self.next in self.dangling:
             self.next = self.first if self.next >= self.last else self.next + 1
         corr = self.next
         self.next = self.first if self.next >= self.last else self.next + 1
@@ -72,7 +82,15 @@ class Ids:
         return corr
 
     def give_back(self, corr: int) -> None:
+        """The sequence ended on the server (its END was answered)."""
         self.open.discard(corr)
+        self.dangling.discard(corr)
+
+    def drop(self, corr: int) -> None:
+        """The sender let the sequence go without its END: it waits for end_dangling."""
+        if corr in self.open:
+            self.open.discard(corr)
+            self.dangling.add(corr)
 
 
 @dataclass
@@ -85,25 +103,50 @@ class _State:
     started_ns: int = 0
     epoch: int = 0
     tracker: Ids | None = None
+    failed: bool = False  # a request failed: the next one ends the sequence early
+    entry: int = -1  # a data set sequence's next entry (-1: the template's own order)
 
     def close(self) -> None:
-        """End the open sequence here: its id goes back to the pool."""
+        """The open sequence ended on the server: its id goes back to the pool."""
         if self.ids and self.tracker is not None:
             self.tracker.give_back(self.corr)
         self.left = 0
 
-    release = close  # the engine calls it when the lane ends
+    def drop(self) -> None:
+        """Let the open sequence go without its END (end_dangling sends it)."""
+        if self.left and self.ids and self.tracker is not None:
+            self.tracker.drop(self.corr)
+        self.left = 0
+
+    release = drop  # the engine calls it when the lane ends
+
+
+def payload_for(engine: Engine, i: int, rng: random.Random, window: StepWindow | None,
+                entry: int) -> bytes:
+    """Template i's next request: a data set sequence's step `entry` (>= 0), else the
+    template's own order."""
+    if entry >= 0:
+        return engine.requests.draw_at(i, entry, window)
+    return engine.draw(i, rng, window) if engine.pooled else engine.payloads[i]
+
+
+def answered(result: Result) -> bool:
+    """Whether the server surely processed the request (a success, or a reply loadkit judged
+    wrong): a failed END of another kind may have left the sequence open there."""
+    return result.error is None or result.error.code == "MISMATCH"
 
 
 async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | None],
                         ids: list[Ids | None]) -> None:
     """Send the lane's sequences until the gate closes or the lane stops; an open sequence
-    goes on at the next gate opening (warm-up -> measured window), unless the drive started
-    a new phase (`engine.epoch`: the model may have been reloaded) or a request failed."""
+    goes on at the next gate opening (warm-up -> measured window, the next step). The drive
+    ends every open sequence with an END before a new phase (end_open), and a failed request
+    makes the sequence's next request its last (END), so the server never holds a slot for
+    a sequence loadkit let go of."""
     gate, loop = engine.gate, engine.loop
     assert gate is not None and loop is not None
     names, pick, rng = engine.names, engine.pick, lane.rng
-    think, recorder = engine.think_time_s, engine.recorder
+    think, recorder, requests = engine.think_time_s, engine.recorder, engine.requests
     slot = lane.slot
     if not isinstance(lane.state, _State):
         release = getattr(lane.state, "release", None)
@@ -120,16 +163,20 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
                 over.set_result(None)
             return
         if state.left and state.epoch != engine.epoch:
-            state.close()  # a new phase: the server may not know this sequence any more
+            state.drop()  # a new phase the drive did not close for: end_dangling ends it
         if not state.left:
             i = pick(rng)
             spec, tracker = specs[i], ids[i]
             state.template, state.epoch, state.first = i, engine.epoch, True
-            state.started_ns = time.perf_counter_ns()
+            state.started_ns, state.failed, state.entry = time.perf_counter_ns(), False, -1
             if spec is None or tracker is None:
                 state.left, state.ids = 1, b""
             else:
-                state.left = length(spec, rng)
+                data = requests.next_sequence(i, rng)
+                if data is not None:
+                    state.entry, state.left = data
+                else:
+                    state.left = length(spec, rng)
                 state.corr = tracker.take()
                 state.tracker = tracker
                 state.ids = id_bytes(spec, state.corr)
@@ -137,7 +184,9 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
         window = recorder.window
         if window is not None:
             window.sent += 1
-        payload = engine.draw(i, rng, window) if engine.pooled else engine.payloads[i]
+        payload = payload_for(engine, i, rng, window, state.entry)
+        if state.entry >= 0:
+            state.entry += 1
         if state.ids:
             payload = frame(payload[5:] + state.ids + (START if state.first else b"") +
                             (END if state.left == 1 else b""))
@@ -149,11 +198,17 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
         nonlocal pause
         engine.count(names[i], window, result.latency_us, None, result)
         state.left -= 1
-        if result.error is not None and state.ids:
-            state.close()  # the server may have dropped it: the next request starts a new one
+        if state.ids and result.error is not None:
+            if state.left > 0:  # the server may still hold the sequence: END it next
+                state.left, state.failed = 1, True
+            elif answered(result):
+                state.close()
+            else:
+                state.left = 1
+                state.drop()  # its END may not have arrived: end_dangling sends another
         elif state.left == 0 and state.ids:
             state.close()
-            if window is not None:
+            if window is not None and not state.failed:
                 window.sequence_done(names[i], (result.end_ns - state.started_ns) // 1000)
         if think > 0:
             pause = loop.call_later(think, send_next)
@@ -170,9 +225,42 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
             pause.cancel()
 
 
+def end_dangling(engine: Engine, ids: list[Ids | None], lanes: bool) -> int:
+    """(Engine thread, gate closed.) Send an END for every sequence the server may still hold
+    open (with `lanes`, first let go of the lanes' open sequences: a phase or the run ends),
+    outside any window; each id goes back when its END is answered, however. The number
+    sent; the caller waits for `engine.drained`."""
+    if lanes:
+        for lane in engine.lanes():
+            drop = getattr(lane.state, "drop", None)
+            if drop is not None:
+                drop()
+    sent = 0
+    for tracker in ids:
+        if tracker is None:
+            continue
+        for corr in sorted(tracker.dangling):
+            payload = engine.payloads[tracker.template]
+            payload = frame(payload[5:] + id_bytes(tracker.spec, corr) + END)
+            slot = engine.spare_slot()
+            if not sent:
+                engine.drained.clear()
+            sent += 1
+            engine.send(slot, payload, functools.partial(_ended, engine, tracker, corr, slot),
+                        engine.streams.streaming[tracker.template])
+    return sent
+
+
+def _ended(engine: Engine, tracker: Ids, corr: int, slot: Slot, result: Result) -> None:
+    if result.error is not None:  # e.g. the server had already ended it: nothing left open
+        log.info("END of sequence %d: %s %s", corr, result.error.code, result.error.details)
+    tracker.give_back(corr)
+    engine.return_slot(slot)
+
+
 def new_ids(specs: list[SequenceSpec | None]) -> list[Ids | None]:
     """One id pool per sequence template, shared by the process's lanes and load models."""
-    return [Ids(s) if s is not None else None for s in specs]
+    return [Ids(s, i) if s is not None else None for i, s in enumerate(specs)]
 
 
 def sequences(specs: list[SequenceSpec | None],

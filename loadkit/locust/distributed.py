@@ -42,9 +42,9 @@ from loadkit.transport.payloads import prepare_pool
 
 log = logging.getLogger("loadkit.distributed")
 
-HELLO, SETUP, OPEN, CLOSE, CLOSED, REFUSED = (
+HELLO, SETUP, OPEN, CLOSE, CLOSED, REFUSED, END_SEQ, ENDED_SEQ = (
     "loadkit_hello", "loadkit_setup", "loadkit_open", "loadkit_close", "loadkit_closed",
-    "loadkit_refused",
+    "loadkit_refused", "loadkit_end_sequences", "loadkit_sequences_ended",
 )
 REPLY_GRACE_S = 10.0  # beyond the drain time, for the message round trip and a slow worker
 WATCH_S = 0.5
@@ -143,6 +143,7 @@ class MasterDrive:
             runner.register_message(HELLO, lambda **kw: drive()._on_hello(**kw))
             runner.register_message(CLOSED, lambda **kw: drive()._on_closed(**kw))
             runner.register_message(REFUSED, lambda **kw: drive()._on_refused(**kw))
+            runner.register_message(ENDED_SEQ, lambda **kw: drive()._on_closed(**kw))
             environment.events.worker_report.add_listener(
                 lambda **kw: drive()._on_report(**kw)
             )
@@ -272,6 +273,26 @@ class MasterDrive:
         }
         return Collected(window, drained, cpu, rss, in_flight, workers)
 
+    def end_sequences(self, timeout_s: float, every: bool) -> int:
+        """Every worker ENDs the sequences it may have left open (LocalDrive.end_sequences);
+        the master waits for each answer (or its loss, or the timeout)."""
+        if self.id_slice == 0 or self.runner is None:
+            return 0
+        self.seq += 1
+        workers = sorted(self.workers())
+        for worker in workers:
+            self.runner.send_message(END_SEQ, {"seq": self.seq, "every": every},
+                                     client_id=worker)
+        self._replies = {}
+        deadline = time.monotonic() + timeout_s + REPLY_GRACE_S
+        while time.monotonic() < deadline:
+            alive = self.workers()
+            if all(w in self._replies or w not in alive for w in workers):
+                break
+            self._reply.clear()
+            self._reply.wait(0.05)
+        return sum(int(r.get("ended", 0)) for r in self._replies.values())
+
     def in_flight(self) -> int | None:
         return None  # the workers know theirs; the timeline's in-flight is local runs only
 
@@ -301,6 +322,7 @@ class WorkerAgent:
         runner.register_message(SETUP, self._on_setup)
         runner.register_message(OPEN, self._on_open)
         runner.register_message(CLOSE, self._on_close, concurrent=True)
+        runner.register_message(END_SEQ, self._on_end_sequences, concurrent=True)
         environment.events.report_to_master.add_listener(self._on_report)
         environment.events.test_stop.add_listener(self._on_test_stop)
         environment.loadkit = self
@@ -361,6 +383,13 @@ class WorkerAgent:
                          in_flight=got.in_flight, window=got.window.to_wire(),
                          requests=got.window.successes() + got.window.error_count())
         environment.runner.send_message(CLOSED, reply)
+
+    def _on_end_sequences(self, environment: Any, msg: Any, **_: Any) -> None:
+        ended = 0
+        if self.drive is not None:
+            ended = self.drive.end_sequences(self.scenario.target.timeout_s + 1,
+                                             bool(msg.data["every"]))
+        environment.runner.send_message(ENDED_SEQ, {"seq": msg.data["seq"], "ended": ended})
 
     def _on_report(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
         window = self.drive.live_window() if self.drive is not None else None

@@ -24,7 +24,7 @@ from loadkit.engine.core import Engine
 from loadkit.engine.slots import Completion, Lane
 from loadkit.loads.closed import run_closed
 from loadkit.loads.open_rate import schedule
-from loadkit.loads.sequence import new_ids, sequences
+from loadkit.loads.sequence import end_dangling, new_ids, sequences
 from loadkit.plan import Arrivals, Plan, Step
 from loadkit.record import Recorder, StepWindow
 from loadkit.run.drive import Collected
@@ -112,6 +112,9 @@ class LocalDrive:
         self.engine.requests.random_order = [scenario.requests[n].order == "random"
                                              for n in names]
         self.engine.requests.expect([expected_pool(scenario.requests[n]) for n in names])
+        self.engine.requests.set_sequences([
+            t.dataset.sequences if t.sequence is not None and t.dataset is not None else ()
+            for t in templates])
         specs = [scenario.requests[n].sequence for n in names]
         self._specs = specs if any(specs) else None
         self._ids = new_ids(specs) if any(specs) else None
@@ -171,6 +174,19 @@ class LocalDrive:
             self._usage0 = process_usage()
             self.recorder.open(step)
         self.open_gate()
+
+    def end_sequences(self, timeout_s: float, every: bool) -> int:
+        """(Gate closed.) Send the END of every sequence the server may still hold for this
+        process (with `every`, the lanes' open ones too: a phase or the run ends) and wait
+        for the answers, outside any window. The number of ENDs sent."""
+        ids = self._ids
+        if ids is None or self.engine.loop is None:
+            return 0
+        sent = self.engine.on_loop(lambda: end_dangling(self.engine, ids, every)) or 0
+        deadline = time.monotonic() + timeout_s
+        while sent and not self.engine.drained.is_set() and time.monotonic() < deadline:
+            gevent.sleep(DRAIN_POLL_S)
+        return sent
 
     def end(self, timeout_s: float) -> Collected | None:
         """Close the gate, wait for what is in flight, hand over the window (None after a

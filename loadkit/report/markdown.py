@@ -47,6 +47,8 @@ def summary_table(results: dict[str, Any]) -> str:
         "inferences (requests x batch size).",
         "",
     ]
+    if results.get("requests"):
+        out += ["Requests sent: " + "; ".join(results["requests"]) + ".", ""]
     for phase in results["phases"]:
         title = f"## {phase['name']}"
         if phase["status"] != "ok":

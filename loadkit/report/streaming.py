@@ -50,12 +50,24 @@ def rows(steps: list[dict[str, Any]]) -> list[tuple[str, ...]]:
     return out
 
 
+def no_response_note(steps: list[dict[str, Any]]) -> str:
+    """Streamed requests that ended with no response before their final flag: counted apart,
+    never timed as a first response (their latency is in the step's)."""
+    parts = [f"{load_label(s['load'])}: {s['streaming']['no_response']}" for s in steps
+             if s.get("streaming", {}).get("no_response")]
+    if not parts:
+        return ""
+    return ("Requests whose stream ended with no response (only the final flag; counted in "
+            "the latencies, not in first response or gaps): " + ", ".join(parts) + ".")
+
+
 def markdown(steps: list[dict[str, Any]]) -> list[str]:
     found = rows(steps)
     if not found:
         return []
+    note = no_response_note(steps)
     return [NOTE, "", "| " + " | ".join(HEADER) + " |", "|" + "---:|" * len(HEADER),
-            *("| " + " | ".join(r) + " |" for r in found), ""]
+            *("| " + " | ".join(r) + " |" for r in found), "", *([note, ""] if note else [])]
 
 
 def html(steps: list[dict[str, Any]]) -> list[str]:
@@ -65,4 +77,6 @@ def html(steps: list[dict[str, Any]]) -> list[str]:
     head = "".join(f"<th>{escape(h)}</th>" for h in HEADER)
     body = "".join("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in r) + "</tr>"
                    for r in found)
-    return [f"<p>{escape(NOTE)}</p>", f"<table><tr>{head}</tr>{body}</table>"]
+    note = no_response_note(steps)
+    return [f"<p>{escape(NOTE)}</p>", f"<table><tr>{head}</tr>{body}</table>",
+            *([f"<p>{escape(note)}</p>"] if note else [])]

@@ -4,8 +4,10 @@ Per step, three invariants (docs/reliability.md):
 - sent == successes + errors (what left this generator came back, one way or the other);
 - open loop: scheduled == sent + dropped;
 - per model, client successes == the server's success delta, when the server's statistics were
-  read before and after the (drained) window. Some failures may still count as successes on the
-  server (SERVER_MAY_COUNT): a server count above the client's by at most that many is
+  read before and after the (drained) window; a model an ensemble runs is expected once per
+  step that names it, for each of the ensemble's requests, beside its direct requests (a
+  model a BLS model calls is `unchecked`: no config says how often). Some failures may still
+  count as successes on the server (SERVER_MAY_COUNT): a server count above the client's by at most that many is
   explained, and said so; anything else is a mismatch.
 
 A broken invariant makes the step `accounting: mismatch` and the run `failed` (exit 1): a
@@ -28,16 +30,33 @@ SERVER_MAY_COUNT = ("DEADLINE_EXCEEDED", "CANCELLED", "RESOURCE_EXHAUSTED", "INT
                     "INFER_ERROR", "MISMATCH")
 
 
+def template_calls(models: dict[str, str], composing: dict[str, tuple[str, ...]],
+                   known: dict[str, bool]) -> dict[str, dict[str, int | None]]:
+    """Per template, the requests one of its requests makes to each model on the server: 1 to
+    its own model, one per step to each model of an ensemble (its config lists them), and
+    None (not known) to the models a BLS model calls from its code."""
+    out: dict[str, dict[str, int | None]] = {}
+    for template, model in models.items():
+        calls: dict[str, int | None] = {model: 1}
+        for inner in composing.get(template, ()):
+            if known.get(template):
+                calls[inner] = (calls.get(inner) or 0) + 1
+            else:
+                calls[inner] = None
+        out[template] = calls
+    return out
+
+
 def check_step(
     window: StepWindow,
-    models: dict[str, str],
+    calls: dict[str, dict[str, int | None]],
     server: dict[str, dict[str, Any]],
     unavailable: dict[str, str],
     open_loop: bool,
     shared: bool = False,
 ) -> dict[str, Any]:
     """The step's `accounting` section: status ok | mismatch | unchecked, each check with its
-    numbers, and what could not be checked and why. `models` maps template -> model."""
+    numbers, and what could not be checked and why. `calls`: template_calls()."""
     successes = window.successes()
     errors = window.error_count()
     cancelled = sum(window.cancelled.values())
@@ -60,9 +79,7 @@ def check_step(
         checks.append(_check("timeline sent == sent", sum(s.sent for s in seconds),
                              window.sent))
     skipped: list[str] = []
-    for model in dict.fromkeys(models.values()):
-        templates = [t for t, m in models.items() if m == model]
-        client = sum(window.successes(t) for t in templates)
+    for model, reaching in _reaching(calls).items():
         if shared:
             skipped.append(f"{model}: client == server not checked: the target is shared "
                            "(target.shared: other clients' requests count there too)")
@@ -73,11 +90,23 @@ def check_step(
         if model not in server:
             skipped.append(f"{model}: client == server not checked: no server statistics")
             continue
+        bls = [t for t, k in reaching.items() if k is None]
+        if bls:
+            skipped.append(f"{model}: client == server not checked: it is called from the code "
+                           f"of a BLS model (template '{bls[0]}'), so how many calls a request "
+                           "makes is not in any config")
+            continue
+        parts = {t: window.successes(t) * int(k or 0) for t, k in reaching.items()}
+        client = sum(parts.values())
         served = int(server[model]["success"])
-        check = _check(f"{model}: client successes == server success delta", client, served)
+        name = f"{model}: client successes == server success delta"
+        direct = [t for t in parts if next(iter(calls[t])) == model]  # its own model first
+        if len(parts) > len(direct):  # some reach it through an ensemble: show the sum
+            name += " (" + " + ".join(f"{n} from {t}" for t, n in parts.items()) + ")"
+        check = _check(name, client, served)
         if not check["ok"]:
-            may = sum(window.errors.get(t, {}).get(c, 0) for t in templates
-                      for c in SERVER_MAY_COUNT) + sum(window.cancelled[t] for t in templates)
+            may = sum(window.errors.get(t, {}).get(c, 0) for t in reaching
+                      for c in SERVER_MAY_COUNT) + sum(window.cancelled[t] for t in reaching)
             if client < served <= client + may:
                 check["ok"] = True
                 check["note"] = (f"{served - client} request(s) that failed here count as "
@@ -91,6 +120,15 @@ def check_step(
         out["unchecked"] = skipped
     if broken:
         out["reason"] = "; ".join(f"{c['check']}: {c['left']} != {c['right']}" for c in broken)
+    return out
+
+
+def _reaching(calls: dict[str, dict[str, int | None]]) -> dict[str, dict[str, int | None]]:
+    """Per model on the server, the templates whose requests reach it and how many times."""
+    out: dict[str, dict[str, int | None]] = {}
+    for template, per in calls.items():
+        for model, k in per.items():
+            out.setdefault(model, {})[template] = k
     return out
 
 

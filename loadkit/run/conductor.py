@@ -24,6 +24,7 @@ from loadkit.events import (
     DrainTimeout,
     EventLog,
     RestoreFailed,
+    SequencesEnded,
     ServerBack,
     ServerLost,
     ThresholdAbort,
@@ -51,6 +52,7 @@ class Hub(Protocol):
     environment: Any  # Locust's Environment
     batch_sizes: dict[str, int]
     template_models: dict[str, str]
+    template_calls: dict[str, dict[str, int | None]]  # accounting.template_calls
     input_tokens: dict[str, tuple[float, str]]
     composing: dict[str, str]  # model -> the template model it runs inside
 
@@ -148,12 +150,22 @@ class Conductor:
         run.save()
         if pr.status not in ("failed", "skipped"):
             self._walk_phase(phase, pr)
+            self._end_sequences(f"the end of phase {phase.name}", every=True)
         return pr
+
+    def _end_sequences(self, before: str, every: bool) -> None:
+        """Sequences the server may still hold open get their END now, outside any window,
+        so the next phase, config or run finds every sequence slot free (docs/scenarios.md)."""
+        run = self.run
+        ended = run.drive.end_sequences(run.scenario.target.timeout_s + 1, every)
+        if ended:
+            run.events.add(SequencesEnded(before, ended))
 
     def _wind_up(self) -> None:
         """Drain, restore every model's config, judge the run, write the final results."""
         run = self.run
         run.drive.end(run.scenario.target.timeout_s + 1)
+        self._end_sequences("the end of the run", every=True)
         self.target = None
         self.current = None
         self._set_stage("restoring", 0)
@@ -245,6 +257,7 @@ class Conductor:
         if missing:  # e.g. every worker was refused: nothing can be measured
             self.abort(f"{missing}; stopped before step {step.key}", 1, "aborted")
             return
+        self._end_sequences(f"step {step.key}", every=False)  # e.g. users that stopped
         self._set_stage("warm-up", step.warmup_s)
         drive.begin(step, record=False)
         if step.warmup_s > 0 and not self._watch(step.warmup_s):
@@ -276,7 +289,7 @@ class Conductor:
         ok = completed and got.drained and not lost and after is not None
         result = build_step_result(
             step, got, before, after, started_at, duration, "ok" if ok else "partial",
-            run.batch_sizes, run.template_models, run.scenario.target.shared,
+            run.batch_sizes, run.template_calls, run.scenario.target.shared,
             run.composing, run.scenario.goodput is not None, run.input_tokens,
             sampler.rows(),
         )

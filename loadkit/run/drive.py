@@ -45,6 +45,11 @@ class Drive(Protocol):
         """Close the gate, wait for what is in flight (at most timeout_s) and hand over the
         window (None after a warm-up)."""
 
+    def end_sequences(self, timeout_s: float, every: bool) -> int:
+        """With the gate closed: END every sequence the server may still hold open for this
+        run (with `every`, also those the lanes would go on with), outside any window, and
+        wait for the answers. How many ENDs were sent."""
+
     def live_window(self) -> StepWindow | None:
         """A copy of the window being measured, for progress lines and the web UI."""
 

@@ -109,6 +109,8 @@ class RunResult:
     thresholds: list[dict[str, Any]] = field(default_factory=list)  # slo.Outcome as JSON
     capacity: dict[str, Any] = field(default_factory=dict)  # `loadkit capacity` only
     tune: dict[str, Any] = field(default_factory=dict)  # `loadkit tune` only
+    # what each template with several distinct requests sends (plan.Plan.requests)
+    requests: list[str] = field(default_factory=list)
     # `loadkit tune --resume`: the earlier run's phases (JSON) and histograms, kept in front
     carried_phases: list[dict[str, Any]] = field(default_factory=list)
     carried_histograms: dict[str, Any] = field(default_factory=dict)
@@ -128,6 +130,8 @@ class RunResult:
             "thresholds": self.thresholds,
             "phases": self.carried_phases + [p.to_json() for p in self.phases],
         }
+        if self.requests:
+            out["requests"] = self.requests
         if self.capacity:
             out["capacity"] = self.capacity
         if self.tune:

@@ -21,6 +21,7 @@ from loadkit.locust.distributed import MasterDrive
 from loadkit.locust.local_drive import LocalDrive
 from loadkit.plan import Plan, build_plan
 from loadkit.report import render, write_report
+from loadkit.run.accounting import template_calls
 from loadkit.run.capacity import CapacityConductor, CapacitySpec
 from loadkit.run.conductor import Conductor
 from loadkit.run.drive import Drive
@@ -52,6 +53,7 @@ class Run:
         self.out_dir = out_dir
         self.result = RunResult(scenario.name, scenario.redacted(), address, embedded, utcnow())
         self.events = EventLog(self.result.events)
+        self.result.requests = list(self.plan.requests)
         # A LocalDrive sends from this process; a MasterDrive has Locust workers send. The
         # conductor talks to either through the Drive protocol (run/drive.py).
         self.drive: Drive = (
@@ -61,6 +63,10 @@ class Run:
         )
         self.batch_sizes = {n: t.batch_size for n, t in scenario.requests.items()}
         self.template_models = {n: t.model for n, t in scenario.requests.items()}
+        # template -> {model: requests there per request}: the accounting's expected counts
+        self.template_calls = template_calls(
+            self.template_models, {n: t.composing for n, t in scenario.requests.items()},
+            {n: t.composing_known for n, t in scenario.requests.items()})
         # llm templates: mean input tokens per request and what counted them (scenario/llm.py)
         self.input_tokens = {n: (t.llm.input_tokens_mean, t.llm.tokens_by)
                              for n, t in scenario.requests.items() if t.llm is not None}

@@ -27,7 +27,7 @@ def build_step_result(
     duration_s: float,
     status: str,
     batch_sizes: dict[str, int],
-    template_models: dict[str, str],
+    template_models: dict[str, str] | dict[str, dict[str, int | None]],
     shared: bool = False,
     composing: dict[str, str] | None = None,
     goodput: bool = False,
@@ -67,7 +67,10 @@ def build_step_result(
     }
     server: dict[str, Any] = {}
     metrics: dict[str, Any] = {}
-    models = {n: m for n, m in template_models.items() if n in batch_sizes}
+    # template -> {model: requests there per request} (accounting.template_calls); a plain
+    # template -> model map means each template reaches its own model only
+    calls = {n: ({m: 1} if isinstance(m, str) else m) for n, m in template_models.items()
+             if n in batch_sizes}
     unavailable: dict[str, str] = {}
     if before is not None and after is not None:
         unavailable = {**before.unavailable, **after.unavailable}
@@ -85,7 +88,7 @@ def build_step_result(
     else:
         why = "the server's statistics could not be read " + (
             "before the step" if before is None else "after the step")
-        unavailable = dict.fromkeys(models.values(), why)
+        unavailable = dict.fromkeys({m for c in calls.values() for m in c}, why)
     cpu = got.cpu_s
     generator: dict[str, Any] = {
         "cpu_s": round(cpu, 4),
@@ -145,7 +148,7 @@ def build_step_result(
             code: [{"message": t, "count": n} for t, n in kept.items()]
             for code, kept in window.messages.items()
         },
-        accounting=check_step(window, models, server, unavailable, step.arrivals is not None,
+        accounting=check_step(window, calls, server, unavailable, step.arrivals is not None,
                               shared),
         server_unavailable=unavailable,
         streaming=streaming,

@@ -49,6 +49,8 @@ def streaming_results(window: StepWindow, duration_s: float, goodput: bool,
         requests = window.successes(name)
         per[name] = _summary(first, inter, window.responses[name], requests,
                              window.good[name], duration_s, goodput)
+        if window.no_response.get(name):
+            per[name]["no_response"] = window.no_response[name]
         if name in window.output_tokens:  # the llm template's tokenizer counted them
             tokens = window.output_tokens[name]
             per[name].update(output_tokens=tokens, tokens_counted_as=input_tokens[name][1],
@@ -68,6 +70,8 @@ def streaming_results(window: StepWindow, duration_s: float, goodput: bool,
                       sum(window.good.values()), duration_s, goodput)
     if window.cancelled:
         merged["cancelled"] = sum(window.cancelled.values())
+    if window.no_response:
+        merged["no_response"] = sum(window.no_response.values())
     if window.output_tokens:  # some were counted by a tokenizer: the merged count uses theirs
         tokens = sum(p["output_tokens"] for p in per.values())
         merged.update(output_tokens=tokens, tokens_counted_as="per template",

@@ -22,6 +22,9 @@ class ModelInfo:
     sequence: bool = False  # sequence_batching: requests need correlation ids
     composing: tuple[str, ...] = ()  # an ensemble's steps, in order
     optional: frozenset[str] = frozenset()  # inputs the config marks `optional: true`
+    # the data type of the correlation id its sequence batcher declares (CONTROL_SEQUENCE_
+    # CORRID: "UINT64", "STRING"; "" when the config declares none)
+    corrid_type: str = ""
 
 
 def unbatched_models(models: dict[str, ModelInfo | str]) -> list[str]:
@@ -49,6 +52,8 @@ def with_model_facts(scenario: Scenario, unbatched: list[str],
     requests = {
         n: dataclasses.replace(t, batched=t.model not in unbatched,
                                composing=t.composing or composing.get(t.model, ()),
+                               composing_known=t.composing_known or (
+                                   not t.composing and bool(composing.get(t.model))),
                                decoupled=t.model in streamed)
         for n, t in scenario.requests.items()
     }
@@ -97,6 +102,15 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
                 src.problem((*base, "sequence"), f"model '{t.model}' has no sequence_batching; "
                             "expected no 'sequence' for it")
             )
+        elif t.sequence is not None and info.corrid_type:
+            sent = "STRING" if t.sequence.id_type == "string" else "UINT64"
+            declared = "STRING" if info.corrid_type == "STRING" else "UINT64"
+            if sent != declared:
+                problems.append(src.problem(
+                    (*base, "sequence", "id_type"), f"model '{t.model}' declares its "
+                    f"correlation id as TYPE_{info.corrid_type}; expected id_type "
+                    f"{'string' if declared == 'STRING' else 'uint64'}, found "
+                    f"{t.sequence.id_type}"))
         if info.max_batch_size == 0 and t.batch_size != 1:
             problems.append(
                 src.problem(
@@ -164,6 +178,15 @@ def check_against_models(scenario: Scenario, models: dict[str, ModelInfo | str])
                         )
                     )
                     break
+        checked = {name for entry in (t.dataset.expected if t.validate and t.dataset else ())
+                   for name in entry}
+        unknown = sorted(checked - set(info.outputs))
+        if unknown:
+            problems.append(src.problem(
+                (*base, "validate"), f"{t.dataset.file.name if t.dataset else ''}'s "
+                f"validation_data names output{'s' if len(unknown) > 1 else ''} "
+                f"{', '.join(repr(u) for u in unknown)}; model '{t.model}' has outputs "
+                f"{', '.join(info.outputs)}"))
         for out in t.outputs:
             if out not in info.outputs:
                 problems.append(

@@ -1,8 +1,9 @@
 """Data sets of distinct requests, read as the files users already have.
 
 - perf_analyzer's `--input-data` JSON: `{"data": [{"IN": [..], "IN2": {"content": [..],
-  "shape": [..]}, "IN3": {"b64": "..."}}, ...]}`, read as it is (nested lists of entries, as
-  perf_analyzer writes sequences, are taken in order);
+  "shape": [..]}, "IN3": {"b64": "..."}}, ...]}`, read as it is; in its sequence form
+  (`{"data": [[step, step], [step, step, step]]}`) each inner list is one sequence, whose
+  lengths `sequence_lengths` returns (a sequence template walks each one in order);
 - JSON Lines: one entry (the same object form) per line; a line that is a bare string is the
   value of the template's only data set input (a prompt file);
 - `.npz` (one array per input) or `.npy` (the template's only data set input), whose first
@@ -105,6 +106,21 @@ def _raw_entries(path: Path, inputs: list[InputSpec]) -> list[Any]:
     for item in doc["data"]:
         flat.extend(item if isinstance(item, list) else [item])  # a sequence's steps, in order
     return flat
+
+
+def sequence_lengths(path: Path) -> tuple[int, ...]:
+    """The lengths of a perf_analyzer JSON data set's sequences (its inner lists; a bare entry
+    beside them is a sequence of one step), in order; () for a flat data set or another form."""
+    if path.is_dir() or path.suffix.lower() != ".json":
+        return ()
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, list) or not any(isinstance(item, list) for item in data):
+        return ()
+    for i, item in enumerate(data):
+        if item == []:
+            raise DatasetError(f"data[{i}] is an empty sequence; expected a list of steps")
+    return tuple(len(item) if isinstance(item, list) else 1 for item in data)
 
 
 def read_expected(path: Path, count: int) -> list[dict[str, Any]]:

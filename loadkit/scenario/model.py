@@ -60,6 +60,9 @@ class DatasetSpec:
     entries: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
     # with validate: true, one dict per entry: output name -> the flat values expected
     expected: tuple[dict[str, Any], ...] = field(default=(), repr=False, compare=False)
+    # perf_analyzer's sequence form: each sequence's number of entries, in file order (() for
+    # a flat data set); a sequence template walks one sequence's entries in order
+    sequences: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,9 @@ class RequestTemplate:
     # models this one runs on the server (an ensemble's steps, from its config; BLS calls from
     # the template's `composing_models`): their statistics go beside it in the report
     composing: tuple[str, ...] = ()
+    # `composing` came from an ensemble's config (its steps: one request each per request);
+    # False for a BLS model's `composing_models`, whose calls per request no config states
+    composing_known: bool = False
     validate: bool = False  # compare every response with the data set's validation_data
     # the model streams several responses per request (a server fact, like `batched`): the
     # request is done at its final response (engine/streaming.py)

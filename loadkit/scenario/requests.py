@@ -10,7 +10,13 @@ import numpy as np
 
 from loadkit.errors import suggest
 from loadkit.scenario.checks import Checker, found
-from loadkit.scenario.datasets import DatasetError, read_dataset, read_expected, size_text
+from loadkit.scenario.datasets import (
+    DatasetError,
+    read_dataset,
+    read_expected,
+    sequence_lengths,
+    size_text,
+)
 from loadkit.scenario.llm import llm_request
 from loadkit.scenario.model import (
     DATA_KINDS,
@@ -227,7 +233,12 @@ def _template(ck: Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplat
             pool = ck.integer(m["pool"], (*path, "pool"), 1, MAX_POOL) or 1
     order = ck.choice(m, "order", path, ORDERS, "sequential")
     parameters = _parameters(ck, m.get("parameters"), (*path, "parameters"))
-    sequence = _sequence(ck, m["sequence"], (*path, "sequence")) if "sequence" in m else None
+    sequence = (_sequence(ck, m["sequence"], (*path, "sequence"),
+                          dataset.sequences if dataset is not None else ())
+                if "sequence" in m else None)
+    if sequence is not None and dataset is not None and dataset.sequences and batch != 1:
+        ck.add((*path, "batch_size"), f"each step of {dataset.file.name}'s sequences is one "
+                                      f"request; expected batch_size 1, found {batch}")
     composing: tuple[str, ...] = ()
     if "composing_models" in m:
         c = m["composing_models"]
@@ -253,7 +264,7 @@ def _template(ck: Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplat
 def _check_batches(ck: Checker, path: KeyPath, dataset: DatasetSpec, batch: int) -> None:
     """A request of batch B takes B consecutive entries: they must share each input's shape."""
     entries = dataset.entries
-    for start in range(0, max(1, len(entries) // batch) * batch, batch):
+    for start in range(0, max(1, -(-len(entries) // batch)) * batch, batch):
         rows = [entries[(start + j) % len(entries)] for j in range(batch)]
         for name in rows[0]:
             shapes = {tuple(r[name].shape) for r in rows}
@@ -307,21 +318,33 @@ def _dataset(ck: Checker, m: dict[str, Any], path: KeyPath,
         return None
     try:
         entries = read_dataset(file, wanted, max_bytes)
+        lengths = sequence_lengths(file)
     except DatasetError as exc:
         ck.add(p, f"{name}: {exc}")
         return None
     except (OSError, UnicodeDecodeError) as exc:
         ck.add(p, f"cannot read {name}: {exc}")
         return None
-    return DatasetSpec(file, max_bytes, tuple(entries))
+    return DatasetSpec(file, max_bytes, tuple(entries), sequences=lengths)
 
 
-def _sequence(ck: Checker, raw: Any, path: KeyPath) -> SequenceSpec | None:
-    """`sequence: {length: 20, length_variation: 25, ids: [1, 1000], id_type: string}`."""
-    m = ck.mapping(raw, path, ("length", "length_variation", "ids", "id_type"), ("length",))
-    if m is None or "length" not in m:
+def _sequence(ck: Checker, raw: Any, path: KeyPath,
+              from_data: tuple[int, ...] = ()) -> SequenceSpec | None:
+    """`sequence: {length: 20, length_variation: 25, ids: [1, 1000], id_type: string}`; with a
+    data set in perf_analyzer's sequence form (`from_data`: its sequences' lengths) the data
+    set gives each sequence's length, and `length` is not written."""
+    m = ck.mapping(raw, path, ("length", "length_variation", "ids", "id_type"),
+                   () if from_data else ("length",))
+    if m is None or ("length" not in m and not from_data):
         return None
-    length = ck.integer(m["length"], (*path, "length"), 1, 1_000_000)
+    if from_data:
+        for key in ("length", "length_variation"):
+            if key in m:
+                ck.add((*path, key), f"the data set's {len(from_data)} sequences give each "
+                                     f"sequence's length ({min(from_data)}..{max(from_data)} "
+                                     f"steps); expected no '{key}'")
+    length = (ck.integer(m["length"], (*path, "length"), 1, 1_000_000) if "length" in m
+              else max(from_data))
     variation = 0.0
     if "length_variation" in m:
         variation = ck.number(m["length_variation"], (*path, "length_variation"), 0, False) or 0

@@ -127,12 +127,18 @@ def _generated(template: RequestTemplate) -> Iterator[bytes]:
             for s in template.inputs])
 
 
+def batches(entries: int, batch: int) -> int:
+    """How many requests a data set of `entries` makes at `batch` entries each: every entry is
+    sent; the last request wraps round to the first entries when the count is not a multiple
+    (the plan and the summary say so)."""
+    return max(1, -(-entries // batch))
+
+
 def _from_dataset(template: RequestTemplate) -> Iterator[bytes]:
     assert template.dataset is not None
     entries = template.dataset.entries
     b = template.batch_size if template.batched else 1
-    groups = max(1, len(entries) // b)
-    for g in range(groups):
+    for g in range(batches(len(entries), b)):
         rows = [entries[(g * b + j) % len(entries)] for j in range(b)]
         tensors: list[tuple[InputSpec, np.ndarray]] = []
         for s in template.inputs:
@@ -158,7 +164,7 @@ def expected_pool(template: RequestTemplate) -> list[dict[str, np.ndarray]] | No
     expected = template.dataset.expected
     b = template.batch_size if template.batched else 1
     out = []
-    for g in range(max(1, len(expected) // b)):
+    for g in range(batches(len(expected), b)):
         rows = [expected[(g * b + j) % len(expected)] for j in range(b)]
         out.append({name: np.concatenate([r[name] for r in rows]) for name in rows[0]})
     return out
