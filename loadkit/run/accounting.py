@@ -7,8 +7,8 @@ Per step, three invariants (docs/reliability.md):
   read before and after the (drained) window; a model an ensemble runs is expected once per
   step that names it, for each of the ensemble's requests, beside its direct requests (a
   model a BLS model calls is `unchecked`: no config says how often). Some failures may still
-  count as successes on the server (SERVER_MAY_COUNT): a server count above the client's by at most that many is
-  explained, and said so; anything else is a mismatch.
+  count as successes on the server (SERVER_MAY_COUNT): a server count above the client's by
+  at most that many is explained, and said so; anything else is a mismatch.
 
 A broken invariant makes the step `accounting: mismatch` and the run `failed` (exit 1): a
 number loadkit knows is wrong is never reported as a complete run. A statistics read that failed
