@@ -213,6 +213,7 @@ class ServerControl:
                             cfg.get("ensemble_scheduling", {}).get("step", [])),
             optional=frozenset(i["name"] for i in cfg.get("input", []) if i.get("optional")),
             corrid_type=corrid_type(cfg),
+            backend=str(cfg.get("backend", "") or cfg.get("platform", "")),
         )
 
     def config(self, name: str) -> dict[str, Any]:

@@ -118,8 +118,8 @@ class OpenSequences:
         if result.error is not None and seq.ids and seq.left > 0:
             seq.left, seq.failed = 1, True  # the server may still hold it: END it next
         elif result.error is not None and seq.ids and not answered(result):
-            seq.left = 1
-            self._drop(seq)  # its END may not have arrived: end_dangling sends another
+            seq.left, seq.entry = 1, max(seq.entry - 1, -1)
+            self._drop(seq)  # its END may not have arrived: end_dangling sends it again
             return
         elif result.error is not None or seq.left == 0:
             if result.error is None and seq.ids and window is not None and not seq.failed:
@@ -156,7 +156,7 @@ class OpenSequences:
         """Let the sequence go without its END (end_dangling sends it)."""
         tracker = self.ids[seq.template]
         if seq.ids and tracker is not None:
-            tracker.drop(seq.corr)
+            tracker.drop(seq.corr, seq.entry)
         self.open.discard(seq)
 
     def drop(self) -> None:

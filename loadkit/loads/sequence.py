@@ -65,7 +65,7 @@ class Ids:
         self.first, self.last = spec.ids
         self.next = self.first
         self.open: set[int] = set()
-        self.dangling: set[int] = set()
+        self.dangling: dict[int, int] = {}  # id -> a data set sequence's next entry (or -1)
 
     @property
     def full(self) -> bool:
@@ -84,13 +84,14 @@ class Ids:
     def give_back(self, corr: int) -> None:
         """The sequence ended on the server (its END was answered)."""
         self.open.discard(corr)
-        self.dangling.discard(corr)
+        self.dangling.pop(corr, None)
 
-    def drop(self, corr: int) -> None:
-        """The sender let the sequence go without its END: it waits for end_dangling."""
+    def drop(self, corr: int, entry: int = -1) -> None:
+        """The sender let the sequence go without its END: it waits for end_dangling, which
+        sends the data set sequence's next step (`entry`) or the template's first request."""
         if corr in self.open:
             self.open.discard(corr)
-            self.dangling.add(corr)
+            self.dangling[corr] = entry
 
 
 @dataclass
@@ -115,7 +116,7 @@ class _State:
     def drop(self) -> None:
         """Let the open sequence go without its END (end_dangling sends it)."""
         if self.left and self.ids and self.tracker is not None:
-            self.tracker.drop(self.corr)
+            self.tracker.drop(self.corr, self.entry)
         self.left = 0
 
     release = drop  # the engine calls it when the lane ends
@@ -203,9 +204,9 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
                 state.left, state.failed = 1, True
             elif answered(result):
                 state.close()
-            else:
-                state.left = 1
-                state.drop()  # its END may not have arrived: end_dangling sends another
+            else:  # its END may not have arrived: end_dangling sends it again
+                state.left, state.entry = 1, max(state.entry - 1, -1)
+                state.drop()
         elif state.left == 0 and state.ids:
             state.close()
             if window is not None and not state.failed:
@@ -239,8 +240,9 @@ def end_dangling(engine: Engine, ids: list[Ids | None], lanes: bool) -> int:
     for tracker in ids:
         if tracker is None:
             continue
-        for corr in sorted(tracker.dangling):
-            payload = engine.payloads[tracker.template]
+        for corr, entry in sorted(tracker.dangling.items()):
+            i = tracker.template
+            payload = engine.requests.pools[i][entry] if entry >= 0 else engine.payloads[i]
             payload = frame(payload[5:] + id_bytes(tracker.spec, corr) + END)
             slot = engine.spare_slot()
             if not sent:

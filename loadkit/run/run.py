@@ -66,7 +66,8 @@ class Run:
         # template -> {model: requests there per request}: the accounting's expected counts
         self.template_calls = template_calls(
             self.template_models, {n: t.composing for n, t in scenario.requests.items()},
-            {n: t.composing_known for n, t in scenario.requests.items()})
+            {n: t.composing_known for n, t in scenario.requests.items()},
+            {n: t.scripted for n, t in scenario.requests.items()})
         # llm templates: mean input tokens per request and what counted them (scenario/llm.py)
         self.input_tokens = {n: (t.llm.input_tokens_mean, t.llm.tokens_by)
                              for n, t in scenario.requests.items() if t.llm is not None}

@@ -16,6 +16,7 @@ from loadkit.scenario import (
     check_against_models,
     composing_models,
     decoupled_models,
+    scripted_models,
     unbatched_models,
     with_model_facts,
 )
@@ -56,7 +57,8 @@ class Session:
             if problems:
                 raise ScenarioError(problems)
             self.scenario = with_model_facts(scenario, unbatched_models(infos),
-                                             composing_models(infos), decoupled_models(infos))
+                                             composing_models(infos), decoupled_models(infos),
+                                             scripted_models(infos))
         except BaseException:
             self.close()
             raise

@@ -11,7 +11,7 @@ from loadkit.control.controller import Snapshot
 from loadkit.control.metrics import diff_metrics
 from loadkit.plan import Step
 from loadkit.record import latency_summary
-from loadkit.run.accounting import check_step
+from loadkit.run.accounting import ANY, check_step
 from loadkit.run.drive import Collected
 from loadkit.run.results import StepResult
 from loadkit.run.streaming import streaming_results
@@ -88,7 +88,7 @@ def build_step_result(
     else:
         why = "the server's statistics could not be read " + (
             "before the step" if before is None else "after the step")
-        unavailable = dict.fromkeys({m for c in calls.values() for m in c}, why)
+        unavailable = dict.fromkeys({m for c in calls.values() for m in c if m != ANY}, why)
     cpu = got.cpu_s
     generator: dict[str, Any] = {
         "cpu_s": round(cpu, 4),

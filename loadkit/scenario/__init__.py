@@ -19,6 +19,7 @@ from loadkit.scenario.against_server import (
     check_against_models,
     composing_models,
     decoupled_models,
+    scripted_models,
     unbatched_models,
     with_model_facts,
 )
@@ -62,5 +63,5 @@ __all__ = [
     "RateLoad", "RequestTemplate", "Requirements", "Scenario", "SequenceSpec", "TLSSpec",
     "TargetSpec", "Threshold", "Thresholds", "check_against_models", "composing_models",
     "load_scenario", "parse_ramp", "parse_rate_ramp", "unbatched_models", "with_model_facts",
-    "decoupled_models", "Dimension", "Objective", "TuneSpec", "MAXIMIZED",
+    "decoupled_models", "scripted_models", "Dimension", "Objective", "TuneSpec", "MAXIMIZED",
 ]

@@ -25,6 +25,7 @@ class ModelInfo:
     # the data type of the correlation id its sequence batcher declares (CONTROL_SEQUENCE_
     # CORRID: "UINT64", "STRING"; "" when the config declares none)
     corrid_type: str = ""
+    backend: str = ""  # "python" models may call any other model from their code (BLS)
 
 
 def unbatched_models(models: dict[str, ModelInfo | str]) -> list[str]:
@@ -36,6 +37,12 @@ def decoupled_models(models: dict[str, ModelInfo | str]) -> list[str]:
     return sorted(m for m, i in models.items() if isinstance(i, ModelInfo) and i.decoupled)
 
 
+def scripted_models(models: dict[str, ModelInfo | str]) -> list[str]:
+    """Models whose code may call other models (python backend: BLS)."""
+    return sorted(m for m, i in models.items() if isinstance(i, ModelInfo) and
+                  i.backend == "python")
+
+
 def composing_models(models: dict[str, ModelInfo | str]) -> dict[str, tuple[str, ...]]:
     """Each ensemble's composing models, as its config lists them."""
     return {m: i.composing for m, i in models.items() if isinstance(i, ModelInfo) and i.composing}
@@ -43,10 +50,12 @@ def composing_models(models: dict[str, ModelInfo | str]) -> dict[str, tuple[str,
 
 def with_model_facts(scenario: Scenario, unbatched: list[str],
                      composing: dict[str, tuple[str, ...]] | None = None,
-                     decoupled: list[str] | None = None) -> Scenario:
+                     decoupled: list[str] | None = None,
+                     scripted: list[str] | None = None) -> Scenario:
     """The scenario with what only the server knows: which templates' models do not batch,
-    which stream several responses a request (decoupled), and which models an ensemble runs
-    (a template's own `composing_models` come first: BLS calls are not in any config)."""
+    which stream several responses a request (decoupled), which models an ensemble runs
+    (a template's own `composing_models` come first: BLS calls are not in any config), and
+    which may call other models from their code (`scripted`)."""
     composing = composing or {}
     streamed = set(decoupled or ())
     requests = {
@@ -54,7 +63,8 @@ def with_model_facts(scenario: Scenario, unbatched: list[str],
                                composing=t.composing or composing.get(t.model, ()),
                                composing_known=t.composing_known or (
                                    not t.composing and bool(composing.get(t.model))),
-                               decoupled=t.model in streamed)
+                               decoupled=t.model in streamed,
+                               scripted=t.model in set(scripted or ()))
         for n, t in scenario.requests.items()
     }
     return dataclasses.replace(scenario, requests=requests)

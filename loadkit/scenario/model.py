@@ -102,6 +102,8 @@ class RequestTemplate:
     # `composing` came from an ensemble's config (its steps: one request each per request);
     # False for a BLS model's `composing_models`, whose calls per request no config states
     composing_known: bool = False
+    # the model's code may call other models (python backend: BLS), declared or not
+    scripted: bool = False
     validate: bool = False  # compare every response with the data set's validation_data
     # the model streams several responses per request (a server fact, like `batched`): the
     # request is done at its final response (engine/streaming.py)
