@@ -169,6 +169,7 @@ def test_ctrl_c_keeps_the_trials_restores_the_config_and_resume_measures_only_th
     assert control.config("dense") == original
     assert any(e["event"] == "config_restored" for e in data["events"])
     done = {json.dumps(x["values"], sort_keys=True) for x in kept if not x["baseline"]}
+    first_elapsed = t["elapsed_s"]
 
     # resume, with a budget of 4 grid trials in all: 2 more, none measured twice
     r = tune(str(path), "--target", triton.grpc_address, "--strategy", "brute",
@@ -179,6 +180,7 @@ def test_ctrl_c_keeps_the_trials_restores_the_config_and_resume_measures_only_th
     grid = [x for x in t["trials"] if not x["baseline"]]
     keys = [json.dumps(x["values"], sort_keys=True) for x in grid]
     assert len(grid) == 4 and len(set(keys)) == 4 and done <= set(keys)
+    assert t["elapsed_s"] > first_elapsed  # the whole search, not only the resumed part
     assert t["stopped"] == "budget: 4 trials"
     assert sum(x["baseline"] for x in t["trials"]) == 1  # the baseline was not measured again
     assert [p["name"] for p in data["phases"]] == [x["phase"] for x in t["trials"]]
@@ -208,3 +210,41 @@ def test_a_config_triton_refuses_is_recorded_and_the_search_goes_on(
     assert refused["status"] == "failed" and refused["point"] is None and refused["reason"]
     assert r.returncode == 0, r.stderr[-3000:]
     assert "failed:" in (out / "summary.md").read_text()
+
+
+def test_progress_names_the_trial_and_its_config(tmp_path: Path, triton: Any) -> None:
+    """The progress line knows trials: the baseline, then 'trial 1/6 count=1, ...' with its
+    step (it raised ValueError: 'baseline' is not in list, and showed nothing more)."""
+    out = tmp_path / "progress"
+    r = loadkit("tune", str(scenario(tmp_path, dur="2s")), "--target", triton.grpc_address,
+                "--strategy", "brute", "--budget", "1 trials", "--out", str(out), timeout=240)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "Error" not in r.stderr, r.stderr[-3000:]
+    assert "[baseline step 1/1 " in r.stderr, r.stderr[-3000:]
+    assert "[trial 1/6 count=1, max_queue_delay_microseconds=0 step 1/1 " in r.stderr, \
+        r.stderr[-3000:]
+
+
+def test_a_search_the_server_cannot_serve_is_reported_as_aborted(tmp_path: Path) -> None:
+    """A server in `none` model-control mode cannot swap configs: the search stops at the first
+    trial, reported as aborted with Triton's reason on one table row (not as 'interrupted'
+    with 'no config kept the constraints')."""
+    from loadkit.control.embedded import EmbeddedServer
+
+    repository = tmp_path / "models"
+    repository.mkdir()
+    (repository / "dense").symlink_to(ROOT / "model_repository" / "dense")
+    with EmbeddedServer(model_repository=repository,
+                        extra_args=("--model-control-mode=none",)) as server:
+        out = tmp_path / "aborted"
+        r = tune(str(scenario(tmp_path, dur="1s")), "--target", server.grpc_address,
+                 "--strategy", "brute", "--out", str(out))
+    assert r.returncode == 1, r.stderr[-3000:]
+    data = results(out)
+    assert data["status"] == "aborted", data["reason"]
+    assert data["tune"]["stopped"].startswith("aborted: "), data["tune"]["stopped"]
+    summary = (out / "summary.md").read_text()
+    assert "interrupted" not in summary and "No config kept the constraints" not in summary
+    assert "No config was measured besides the baseline" in summary
+    table = summary[summary.index("| rank |"):].split("\n\n")[0].splitlines()
+    assert all(line.startswith("|") and line.endswith("|") for line in table), table

@@ -30,9 +30,8 @@ def progress_line(run: Any, last: dict[str, Any]) -> str:
         last.update(step=window.step, t=now, count=count)
     if not st["phase"]:
         return f"[{st['stage']}]"
-    total = len(run.plan.phases[[p.name for p in run.plan.phases].index(st["phase"])].steps)
     return (
-        f"[{st['phase']} step {st['step'] + 1}/{total} {st['load']}] "
+        f"[{st['title']} step {st['step'] + 1}/{st['steps']} {st['load']}] "
         f"{st['stage']} {st['elapsed_s']:.0f}s, {st['remaining_s']:.0f}s left{rate}"
     )
 

@@ -133,9 +133,9 @@ def tune_run(args: argparse.Namespace, scenario: Any) -> tuple[Any, Any]:
     strategy = args.strategy or tune.strategy
     if not args.resume:
         return TuneRun(strategy, budget_s, trials), None
-    trials_done, phases, hists = read_search(Path(args.resume), tune)
-    return (TuneRun(strategy, budget_s, trials, tuple(trials_done), str(args.resume)),
-            (phases, hists))
+    trials_done, phases, hists, elapsed_s = read_search(Path(args.resume), tune)
+    return (TuneRun(strategy, budget_s, trials, tuple(trials_done), str(args.resume),
+                    elapsed_s), (phases, hists))
 
 
 def describe_tune(scenario: Any, tune: Any) -> str:

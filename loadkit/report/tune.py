@@ -59,7 +59,7 @@ def rows(tune: dict[str, Any]) -> list[list[str]]:
         p = t.get("point")
         mark = " **best**" if n == tune.get("best") else ""
         if p is None:
-            why = t.get("reason") or t["status"]
+            why = " ".join((t.get("reason") or t["status"]).split())  # one table row
             out.append(["-", f"{n}{mark}", _config(t), "-", f"{t['status']}: {why}", "-", "-",
                         "-", "-", "-"])
             continue
@@ -87,7 +87,9 @@ def headline(tune: dict[str, Any]) -> list[str]:
     ]
     best = next((t for t in tune["trials"] if t["trial"] == tune.get("best")), None)
     if best is None:
-        lines.append("No config kept the constraints.")
+        tried = [t for t in tune["trials"] if not t.get("baseline") and t.get("point")]
+        lines.append("No config kept the constraints." if tried else
+                     "No config was measured besides the baseline, so none was chosen.")
         return lines
     gain = tune.get("gain", {})
     bought = []

@@ -79,6 +79,8 @@ class Conductor:
         self.lost_at = ""
         self.greenlet: gevent.Greenlet | None = None
         self._sampler: Sampler | None = None
+        self.phase: PhasePlan | None = None  # the phase being walked
+        self.title = ""  # what the progress line calls it ('' : the phase's name)
 
     def start(self) -> None:
         if self.greenlet is None:
@@ -142,6 +144,7 @@ class Conductor:
             self.abort(f"{missing}; stopped before phase {phase.name}", 1, "aborted")
             return None
         pr = PhaseResult(phase.name)
+        self.phase = phase
         run.result.phases.append(pr)
         self._set_stage("configuring", 0)
         outcome = run.controller.apply_phase(phase)
@@ -334,6 +337,8 @@ class Conductor:
         elapsed = time.monotonic() - self.stage_started
         window = self.run.drive.live_window()
         return {
+            "title": self.title or (step.phase if step else ""),
+            "steps": len(self.phase.steps) if self.phase is not None else 0,
             "phase": step.phase if step else "",
             "step": step.index if step else None,
             "concurrency": step.concurrency if step else None,

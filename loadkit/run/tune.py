@@ -39,6 +39,7 @@ class TuneRun:
     budget_trials: int = 0  # 0: no limit; counts trials of the grid, not the baseline
     resumed: tuple[dict[str, Any], ...] = ()  # trials of the search being resumed
     resumed_from: str = ""
+    resumed_elapsed_s: float = 0.0  # how long the resumed search had run before
 
 
 class TuneConductor(Conductor):
@@ -100,7 +101,9 @@ class TuneConductor(Conductor):
 
     def _should_stop(self) -> bool:
         if self.aborted or self.stop_after_trial is not None:
-            self.stopped = self.stopped or "interrupted"
+            self.stopped = self.stopped or (
+                f"aborted: {self.aborted}" if self.aborted and self.abort_status != "interrupted"
+                else "interrupted")
             return True
         if self.opts.budget_trials and self._grid_trials() >= self.opts.budget_trials:
             self.stopped = f"budget: {self.opts.budget_trials} trials"
@@ -137,6 +140,10 @@ class TuneConductor(Conductor):
             self.template, index=n, name=name, steps=steps, config=overlays,
             requires=Requirements(needs.gpu or any(needs_gpu(o) for o in overlays.values()),
                                   needs.files))
+        grid = self.spec.grid_size
+        self.title = ("baseline" if point is None else f"trial {self._grid_trials() + 1}/{grid} "
+                      + ", ".join(f"{k.rsplit('.', 1)[1]}={v}"
+                                  for k, v in space.values(self.dims, point).items()))
         self.in_trial = True
         try:
             pr = self._run_phase(phase)
@@ -207,7 +214,8 @@ class TuneConductor(Conductor):
             "grid_size": spec.grid_size,
             "load": [s.load for s in self.template.steps],
             "budget": {"s": opts.budget_s or None, "trials": opts.budget_trials or None},
-            "elapsed_s": round(time.monotonic() - self.started, 1),
+            # the whole search's time: a resumed one adds what it had run before
+            "elapsed_s": round(time.monotonic() - self.started + opts.resumed_elapsed_s, 1),
             "stopped": self.stopped,
             "resumed_from": opts.resumed_from or None,
             "trials": self.trials,

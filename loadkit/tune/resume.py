@@ -17,9 +17,11 @@ class TuneInputError(LoadkitError):
 
 
 def read_search(run_dir: Path, spec: TuneSpec) -> tuple[list[dict[str, Any]],
-                                                         list[dict[str, Any]], dict[str, Any]]:
-    """(trials, phases JSON, histograms) of the search saved in run_dir. A trial interrupted
-    half-way is dropped (it is measured again); the rest are never measured twice."""
+                                                         list[dict[str, Any]], dict[str, Any],
+                                                         float]:
+    """(trials, phases JSON, histograms, seconds the search had run) of the search saved in
+    run_dir. A trial interrupted half-way is dropped (it is measured again); the rest are
+    never measured twice."""
     path = run_dir / "results.json"
     try:
         results = json.loads(path.read_text(encoding="utf-8"))
@@ -44,7 +46,8 @@ def read_search(run_dir: Path, spec: TuneSpec) -> tuple[list[dict[str, Any]],
         hists = json.loads((run_dir / "histograms.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         hists = {}
-    return kept, phases, {k: v for k, v in hists.items() if k in names}
+    return (kept, phases, {k: v for k, v in hists.items() if k in names},
+            float(tune.get("elapsed_s") or 0.0))
 
 
 def _dims(dims: list[tuple[str, str, list[Any]]]) -> str:
