@@ -207,3 +207,36 @@ phases:
     assert step["streaming"]["first_response_us"]["p50"] >= 1000, step["streaming"]
     assert step["streaming"]["no_response"] == none["requests"]
     assert "ended with no response" in (out / "summary.md").read_text()
+
+
+def test_a_data_set_not_a_multiple_of_the_batch_size_sends_every_entry(triton,
+                                                                         tmp_path) -> None:
+    """5 entries at batch_size 2: three requests, the last wrapping round to the first entry
+    (the fifth entry was never sent), and the plan and summary say so."""
+    rng = __import__("numpy").random.default_rng(5)
+    data = [{"INPUT0": [float(x) for x in rng.random(256)]} for _ in range(5)]
+    write(tmp_path / "five.json", json.dumps({"data": data}))
+    text = """
+name: wrap
+requests:
+  d:
+    model: dense
+    batch_size: 2
+    dataset: five.json
+    inputs:
+      INPUT0: {dtype: FP32, shape: [256], data: dataset}
+phases:
+  - name: x
+    load: {concurrency: 1, step_duration: 1s, warmup: 0.1s}
+"""
+    plan = loadkit("validate", str(write(tmp_path / "s.yaml", text)))
+    assert plan.returncode == 0, plan.stderr
+    wraps = "the last request takes the last 1 and wraps round to the first 1"
+    assert "3 distinct requests from five.json (5 entries" in plan.stdout + plan.stderr
+    assert wraps in plan.stdout + plan.stderr
+    out, proc = _run(triton, tmp_path, text)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    step = _steps(out)[0]
+    assert step["accounting"]["status"] == "ok", step["accounting"]
+    assert step["client"]["d"]["distinct_payloads"] == 3
+    assert wraps in (out / "summary.md").read_text()
