@@ -87,10 +87,10 @@ class Engine:
         self.gate: asyncio.Event | None = None
         self._ready = threading.Event()
         self._thread: threading.Thread | None = None
-        self._lanes: set[Lane] = set()
+        self.lanes: set[Lane] = set()
         self._busy: set[Slot] = set()
         self.idle_slots: list[Slot] = []
-        self._spare: list[Slot] = []  # slots for requests outside any lane (a sequence's END)
+        self.spare_slots: list[Slot] = []  # for requests no lane sends (a sequence's END)
         self.runner: LaneRunner | None = None
         self.generation = 0
         self.wire: Wire | None = None
@@ -196,11 +196,11 @@ class Engine:
 
     async def _shutdown(self, done: threading.Event) -> None:
         try:
-            for lane in list(self._lanes):
+            for lane in list(self.lanes):
                 lane.stopping = True
                 if lane.task is not None:
                     lane.task.cancel()
-            tasks = [lane.task for lane in self._lanes if lane.task is not None]
+            tasks = [lane.task for lane in self.lanes if lane.task is not None]
             if tasks:
                 await asyncio.wait(tasks, timeout=5)
             assert self.wire is not None
@@ -223,7 +223,7 @@ class Engine:
 
     def _start_lane(self, lane: Lane) -> None:
         assert self.loop is not None
-        self._lanes.add(lane)
+        self.lanes.add(lane)
         lane.task = self.loop.create_task(self._run_lane(lane))
 
     def _wake_lane(self, lane: Lane) -> None:
@@ -246,23 +246,12 @@ class Engine:
         except asyncio.CancelledError:
             pass
         finally:
-            self._lanes.discard(lane)
+            self.lanes.discard(lane)
             release = getattr(lane.state, "release", None)
             if release is not None:
                 release()
             lane.slot.done = None  # a request cut off here is not counted (the user stopped)
             self._abandon(lane.slot, "CANCELLED", "the user stopped")
-
-    def lanes(self) -> list[Lane]:
-        """(Engine thread.) The lanes running now."""
-        return list(self._lanes)
-
-    def spare_slot(self) -> Slot:
-        """(Engine thread.) A slot for a request no lane sends; hand it back when it ends."""
-        return self._spare.pop() if self._spare else Slot()
-
-    def return_slot(self, slot: Slot) -> None:
-        self._spare.append(slot)
 
     def send(self, slot: Slot, payload: bytes, done: Done, streaming: int = 0) -> None:
         """(Engine thread.) Start one request on the slot: on its own bidirectional stream

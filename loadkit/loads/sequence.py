@@ -232,7 +232,7 @@ def end_dangling(engine: Engine, ids: list[Ids | None], lanes: bool) -> int:
     outside any window; each id goes back when its END is answered, however. The number
     sent; the caller waits for `engine.drained`."""
     if lanes:
-        for lane in engine.lanes():
+        for lane in list(engine.lanes):
             drop = getattr(lane.state, "drop", None)
             if drop is not None:
                 drop()
@@ -244,7 +244,7 @@ def end_dangling(engine: Engine, ids: list[Ids | None], lanes: bool) -> int:
             i = tracker.template
             payload = engine.requests.pools[i][entry] if entry >= 0 else engine.payloads[i]
             payload = frame(payload[5:] + id_bytes(tracker.spec, corr) + END)
-            slot = engine.spare_slot()
+            slot = engine.spare_slots.pop() if engine.spare_slots else Slot()
             if not sent:
                 engine.drained.clear()
             sent += 1
@@ -257,7 +257,7 @@ def _ended(engine: Engine, tracker: Ids, corr: int, slot: Slot, result: Result) 
     if result.error is not None:  # e.g. the server had already ended it: nothing left open
         log.info("END of sequence %d: %s %s", corr, result.error.code, result.error.details)
     tracker.give_back(corr)
-    engine.return_slot(slot)
+    engine.spare_slots.append(slot)
 
 
 def new_ids(specs: list[SequenceSpec | None]) -> list[Ids | None]:
