@@ -136,7 +136,8 @@ phases:
 def test_an_ensemble_beside_a_direct_call_of_its_member_is_accounted(triton, tmp_path) -> None:
     """image_pipeline (preprocess -> cnn) and cnn called directly: cnn's server count is its
     direct requests plus one per ensemble request, exactly (it was compared with the direct
-    ones alone: a false mismatch, exit 1). dense under a BLS model is unchecked, with why."""
+    ones alone: a false mismatch, exit 1). dense under a BLS model that declares it is
+    unchecked, with why."""
     out, proc = _run(triton, tmp_path, """
 name: ensemble-and-member
 requests:
@@ -150,6 +151,7 @@ requests:
       image: {dtype: FP32, shape: [3, 32, 32]}
   bls:
     model: bls_dense
+    composing_models: [dense]       # it calls dense from its code
     inputs:
       INPUT0: {dtype: FP32, shape: [1, 256]}
   dense_direct:

@@ -162,6 +162,34 @@ def test_step_result_accounts_client_against_server(scenario: Scenario) -> None:
     assert "40" in bad.accounting["reason"] and "39" in bad.accounting["reason"]
 
 
+def test_an_undeclared_bls_call_stays_a_mismatch_with_a_hint(tmp_path: Path) -> None:
+    """A python model in the mix may call another model from its code; loadkit cannot know,
+    so an excess on the server stays a mismatch (a broken invariant fails the run), with the
+    declaration that would explain it; declared, the model is unchecked with why."""
+    from loadkit.run.accounting import check_step, template_calls
+
+    step = build_plan(load_scenario(write(tmp_path / "s.yaml", """
+requests:
+  d: {model: dense, inputs: {INPUT0: {dtype: FP32, shape: [256]}}}
+  b: {model: bls_dense, inputs: {INPUT0: {dtype: FP32, shape: [1, 256]}}}
+phases: [{name: x, load: {concurrency: 1, step_duration: 1s}}]
+"""))).steps[0]
+    w = _window(step, 40)
+    for i in range(10):
+        w.record("b", 100 + i)
+    w.sent = 50
+    server = {"dense": {"success": 50}, "bls_dense": {"success": 10}}
+    models = {"d": "dense", "b": "bls_dense"}
+    undeclared = template_calls(models, {}, {}, {"d": True, "b": True})
+    acc = check_step(w, undeclared, server, {}, False)
+    assert acc["status"] == "mismatch", acc
+    assert "declare composing_models: [dense]" in acc["reason"], acc["reason"]
+    declared = template_calls(models, {"b": ("dense",)}, {"b": False}, {"d": True, "b": True})
+    acc = check_step(w, declared, server, {}, False)
+    assert acc["status"] == "unchecked", acc
+    assert "BLS" in acc["unchecked"][0] and acc["unchecked"][0].startswith("dense:"), acc
+
+
 def test_step_result_without_server_counters_is_unchecked_never_zero(scenario: Scenario) -> None:
     step = build_plan(scenario).steps[0]
     got = Collected(_window(step, 5), True, 0.1, 0)
