@@ -1,4 +1,6 @@
-"""One exceptions module: library code raises these, only the CLI maps them to exit codes."""
+"""One exceptions module: library code raises these, only the CLI maps them to exit codes
+(loadkit/exits.py). The transport's own InferError and StreamsFull stay in transport/call.py:
+they are a request's outcome, counted per status code, never raised to the user."""
 
 from __future__ import annotations
 
@@ -57,3 +59,28 @@ class ControlError(LoadkitError):
     def __init__(self, message: str, code: str = ""):
         super().__init__(message)
         self.code = code
+
+
+class ReloadTimeout(ControlError):
+    """A config load that did not finish within target.reload_timeout."""
+
+
+class CapacityInputError(LoadkitError):
+    """`loadkit capacity`'s options (--slo, --peak, rates) cannot be read."""
+
+
+class TuneInputError(LoadkitError):
+    """`loadkit tune` cannot start: no tune section, a --resume folder that is not a search."""
+
+
+class ReportError(LoadkitError):
+    """A report folder that cannot be read back (missing or foreign results.json)."""
+
+
+class ExporterError(LoadkitError):
+    """--prometheus-port cannot serve (the port is taken)."""
+
+
+class DatasetError(ValueError):
+    """What is wrong with a data set, in the file's own terms (entry, input, line); the
+    scenario check turns it into a Problem."""

@@ -92,6 +92,8 @@ class Plan:
     think_time_s: float
     requests: tuple[str, ...] = ()  # what each template with several requests sends
     sequences: bool = False  # open-loop arrivals start sequences (loads/open_sequence.py)
+    # per template, inferences per request: infer/s everywhere is requests x this
+    batch_sizes: dict[str, int] = field(default_factory=dict)
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -167,7 +169,8 @@ def build_plan(scenario: Scenario) -> Plan:
     return Plan(scenario.name, tuple(phases), scenario.think_time_s,
                 tuple(_describe_template(t) for t in scenario.requests.values()
                       if t.dataset is not None or t.pool > 1),
-                any(t.sequence is not None for t in scenario.requests.values()))
+                any(t.sequence is not None for t in scenario.requests.values()),
+                {n: t.batch_size for n, t in scenario.requests.items()})
 
 
 def _describe_template(t: RequestTemplate) -> str:

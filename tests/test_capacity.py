@@ -7,15 +7,9 @@ import math
 import pytest
 from conftest import loadkit, results, write
 
-from loadkit.loads.capacity import (
-    CapacityInputError,
-    Probe,
-    Search,
-    parse_rate,
-    parse_slo,
-    replicas,
-    verdict,
-)
+from loadkit.errors import CapacityInputError
+from loadkit.search.capacity import Probe, Search, parse_rate, replicas
+from loadkit.slo import judge_step, parse_slo
 
 
 @pytest.mark.fast
@@ -112,12 +106,12 @@ def test_after_a_failed_confirmation_every_probe_is_long() -> None:
 
 
 @pytest.mark.fast
-def test_verdict_names_what_broke() -> None:
+def test_judge_step_names_what_broke() -> None:
     slo = parse_slo("p99<10ms")
     step = {"status": "ok", "requests": 100, "errors": {"UNAVAILABLE": 5}, "client": {},
             "throughput": 10.0, "latency_us": {"p99": 12_000.0},
             "open_loop": {"dropped_ratio": 0.0, "scheduled": 105}}
-    ok, broken = verdict(slo, step)
+    ok, broken = judge_step(slo, step)
     assert not ok and broken == ["p99 12.000 ms", "error_rate 4.76%"]
 
 
@@ -201,7 +195,7 @@ def test_capacity_search_is_stable_and_its_answer_holds_as_a_fixed_rate(triton, 
                        "--quiet")
         step = results(out)["phases"][0]["steps"][0]
         assert step["accounting"]["status"] == "ok", step["accounting"]
-        ok, broken = verdict(parse_slo(SLO), step)
+        ok, broken = judge_step(parse_slo(SLO), step)
         outcomes.append((proc.returncode, broken))
         if ok:
             assert proc.returncode == 0, proc.stderr[-2000:]

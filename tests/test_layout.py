@@ -99,3 +99,64 @@ def test_the_transport_imports_without_locust_or_gevent() -> None:
                           cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "", f"the transport pulled in: {proc.stdout.strip()}"
+
+
+# The pipeline, bottom to top: a folder (or top-level module) imports only from its own rank or
+# below (docs/architecture.md draws it). Names on one rank never import each other.
+ORDER: tuple[tuple[str, ...], ...] = (
+    ("errors", "clock"),
+    ("exits", "events", "modelconfig"),
+    ("scenario",),
+    ("plan",),
+    ("transport", "record"),
+    ("control", "engine"),
+    ("loads",),
+    ("slo",),
+    ("search",),
+    ("run",),
+    ("report",),
+    ("locust",),
+    ("cli",),
+    ("__main__",),
+)
+RANK = {name: i for i, names in enumerate(ORDER) for name in names}
+
+
+def _room(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from a room to a room ranked above it, or to a sibling of its own rank."""
+    out = []
+    for module, deps in sorted(graph.items()):
+        here = _room(module)
+        if here == "__init__":
+            continue
+        for dep in sorted(deps):
+            there = _room(dep)
+            if there in (here, "__init__"):
+                continue
+            if RANK[there] >= RANK[here]:
+                out.append(f"{module} -> {dep} ({here} is below or beside {there})")
+    return out
+
+
+@pytest.mark.fast
+def test_folders_import_only_downwards() -> None:
+    modules = _modules()
+    graph = {name: _imports(name, path, modules) for name, path in modules.items()}
+    rooms = {_room(m) for m in modules} - {"__init__"}
+    assert rooms <= set(RANK), f"give these a place in ORDER: {sorted(rooms - set(RANK))}"
+    assert upward(graph) == [], "\n".join(upward(graph))
+
+
+@pytest.mark.fast
+def test_an_upward_import_is_found() -> None:
+    graph = {"loadkit.run.run": {"loadkit.locust.local_drive"},
+             "loadkit.locust.local_drive": {"loadkit.engine.core"},
+             "loadkit.engine.core": set(), "loadkit.control.client": {"loadkit.engine.core"}}
+    assert upward(graph) == [
+        "loadkit.control.client -> loadkit.engine.core (control is below or beside engine)",
+        "loadkit.run.run -> loadkit.locust.local_drive (run is below or beside locust)"]

@@ -8,8 +8,8 @@ import xml.etree.ElementTree as ET
 import pytest
 from conftest import loadkit, results, write
 
-from loadkit.run.slo import check_phase
 from loadkit.scenario import Threshold
+from loadkit.slo import check_phase
 
 GATES = """
 name: gates

@@ -10,9 +10,9 @@ import pytest
 
 from loadkit.modelconfig import check_overlay, from_pbtxt, path_overlay, set_path, to_pbtxt
 from loadkit.scenario import ConcurrencyLoad, Dimension, Objective, Threshold, TuneSpec
-from loadkit.tune import space
-from loadkit.tune.score import operating_point, pareto, reference_of
-from loadkit.tune.strategies import STRATEGIES
+from loadkit.search import space
+from loadkit.search.score import operating_point, pareto, reference_of
+from loadkit.search.strategies import STRATEGIES
 
 pytestmark = pytest.mark.fast
 
@@ -153,7 +153,7 @@ def test_config_pbtxt_round_trips_through_the_protobuf() -> None:
 def test_a_gpu_memory_constraint_is_checked_where_reported_and_skipped_where_not() -> None:
     import dataclasses
 
-    from loadkit.tune.score import judge
+    from loadkit.search.score import judge
 
     spec = dataclasses.replace(_spec(Objective("maximize", "throughput")),
                                gpu_memory_bytes=8 << 30)

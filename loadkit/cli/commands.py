@@ -11,7 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadkit.cli.exits import (
+from loadkit.errors import ScenarioError
+from loadkit.exits import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_OK,
@@ -19,7 +20,6 @@ from loadkit.cli.exits import (
     EXIT_SIGTERM,
     err,
 )
-from loadkit.errors import ScenarioError
 
 
 def cmd_validate(args: argparse.Namespace) -> int:

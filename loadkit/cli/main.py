@@ -15,10 +15,10 @@ from loadkit.cli.commands import (
     cmd_validate,
     cmd_worker,
 )
-from loadkit.cli.exits import EXIT_BAD_INPUT, EXIT_SIGINT, err, report_error
 from loadkit.cli.running import cmd_run
 from loadkit.control.embedded import DEFAULT_MODEL_REPOSITORY
 from loadkit.errors import LoadkitError
+from loadkit.exits import EXIT_BAD_INPUT, EXIT_SIGINT, err, report_error
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from loadkit.cli.exits import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, err
+from loadkit.exits import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, err
 
 
 def _say(text: str) -> None:
@@ -24,7 +24,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from loadkit.locust.shape import LoadkitShape
     from loadkit.locust.users import TritonUser
-    from loadkit.run.run import Run
     from loadkit.run.session import Session, default_out
     from loadkit.scenario import load_scenario
 
@@ -44,11 +43,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                  log_path=out_dir / "tritonserver.log", say=_say) as session:
         assert session.control is not None
         distributed = bool(args.workers or args.master)
-        run = Run(
-            session.scenario, session.address, session.control, out_dir,
-            embedded=session.embedded, seed=args.seed, distributed=distributed, capacity=spec,
-            tune=tune,
-        )
+        run = new_run(session, out_dir, args.seed, distributed, spec, tune)
         if carried is not None:
             run.result.carried_phases, run.result.carried_histograms = carried
         if spec is not None:
@@ -72,6 +67,35 @@ def cmd_run(args: argparse.Namespace) -> int:
     return code
 
 
+def new_run(session: Any, out_dir: Path, seed: int, distributed: bool, capacity: Any = None,
+            tune: Any = None) -> Any:
+    """The Run, with the drive, conductor and reporter this command chose (run/run.py)."""
+    import functools
+
+    from loadkit.locust.distributed import MasterDrive
+    from loadkit.locust.local_drive import LocalDrive
+    from loadkit.plan import build_plan
+    from loadkit.report import Files
+    from loadkit.run.capacity import CapacityConductor
+    from loadkit.run.conductor import Conductor
+    from loadkit.run.run import Run
+    from loadkit.run.tune import TuneConductor, trial_scenario
+
+    scenario, address = session.scenario, session.address
+    # `loadkit tune` walks trials of its own load; its plan is that load as one phase
+    plan = build_plan(scenario if tune is None else trial_scenario(scenario))
+
+    def drive(plan: Any, events: Any) -> Any:
+        if distributed:
+            return MasterDrive(scenario, plan, address, events)
+        return LocalDrive(scenario, plan, address, seed)
+
+    conductor: Any = (functools.partial(CapacityConductor, spec=capacity) if capacity
+                      else functools.partial(TuneConductor, opts=tune) if tune else Conductor)
+    return Run(scenario, address, session.control, out_dir, session.embedded, drive=drive,
+               reporter=Files(), conductor=conductor, plan=plan)
+
+
 def _exporter(run: Any, args: argparse.Namespace) -> Any:
     """`--prometheus-port`: loadkit's live metrics while the run lasts (run/exporter.py)."""
     if not args.prometheus_port:
@@ -90,8 +114,10 @@ def _exporter(run: Any, args: argparse.Namespace) -> Any:
 
 
 def capacity_spec(args: argparse.Namespace) -> Any:
-    from loadkit.loads.capacity import CapacityInputError, parse_rate, parse_slo
+    from loadkit.errors import CapacityInputError
     from loadkit.run.capacity import CapacitySpec
+    from loadkit.search.capacity import parse_rate
+    from loadkit.slo import parse_slo
 
     if not 0 <= args.headroom < 1:
         raise CapacityInputError(
@@ -113,9 +139,10 @@ def capacity_spec(args: argparse.Namespace) -> Any:
 def tune_run(args: argparse.Namespace, scenario: Any) -> tuple[Any, Any]:
     """The search `loadkit tune` runs, and what a resumed one carries over (its phases and
     histograms)."""
+    from loadkit.errors import TuneInputError
     from loadkit.run.tune import TuneRun
     from loadkit.scenario.tune import parse_budget
-    from loadkit.tune.resume import TuneInputError, read_search
+    from loadkit.search.resume import read_search
 
     tune = scenario.tune
     if tune is None:
@@ -167,7 +194,7 @@ def _drive(run: Any, env: Any, args: argparse.Namespace, out_dir: Path) -> int:
     import gevent
 
     from loadkit.cli.progress import report_progress
-    from loadkit.run.slo import FAILING
+    from loadkit.slo import FAILING
 
     workers: Any = None
     if args.workers or args.master:

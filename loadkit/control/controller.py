@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from loadkit.control.client import ModelCounters, ServerControl
 from loadkit.control.metrics import MetricsSnapshot
-from loadkit.errors import ControlError
+from loadkit.errors import ControlError, ReloadTimeout
 from loadkit.events import (
     ConfigApplied,
     ConfigRefused,
@@ -33,10 +33,6 @@ RECOVER_S = 60.0  # how long a server that came back may take to accept its mode
 RESTORE_TIMEOUT_S = 600.0  # putting the last good config back outlasts a slow load
 SETTLE_S = 0.01  # between two reads of the server's counters that must agree
 SETTLE_TRIES = 50
-
-
-class ReloadTimeout(ControlError):
-    """A config load that did not finish within target.reload_timeout."""
 
 
 @dataclass

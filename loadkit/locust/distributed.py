@@ -17,12 +17,14 @@ import hashlib
 import logging
 import math
 import time
+from pathlib import Path
 from typing import Any
 
 import gevent
 from gevent.event import Event
 from locust.runners import STATE_MISSING
 
+from loadkit import __version__
 from loadkit.clock import utcnow
 from loadkit.errors import LoadkitError
 from loadkit.events import (
@@ -38,7 +40,6 @@ from loadkit.plan import Arrivals, Plan, Step, build_plan
 from loadkit.record import StepWindow
 from loadkit.run.drive import Collected
 from loadkit.scenario import Scenario, with_model_facts
-from loadkit.transport.payloads import prepare_pool
 
 log = logging.getLogger("loadkit.distributed")
 
@@ -65,10 +66,13 @@ def fingerprint(scenario: Scenario, plan: Plan) -> dict[str, str]:
     put("mix", [sorted(p.mix.items()) for p in plan.phases])
     put("think_time", scenario.think_time_s)
     put("target", (scenario.target.timeout_s, scenario.target.transport))
+    put("loadkit", __version__)  # the same version serializes the same bytes
     for name, t in sorted(scenario.requests.items()):
         put(f"requests.{name}", (t.model, t.version, t.batch_size, t.batched, t.outputs,
                                  t.order, t.parameters))
-        put(f"requests.{name}.bytes", b"".join(prepare_pool(t)))
+        # what the requests' bytes are made of (the pools are built by the senders only)
+        put(f"requests.{name}.bytes", (t.inputs, t.pool, t.sequence, t.llm, t.cancel,
+                                       _digest(t.dataset.file) if t.dataset else None))
     put("phases", [p.name for p in plan.phases])
     for p in plan.phases:
         put(f"phases.{p.name}.load",
@@ -77,6 +81,15 @@ def fingerprint(scenario: Scenario, plan: Plan) -> dict[str, str]:
             ([(t.metric, t.limit, t.template) for t in p.thresholds.items],
              p.thresholds.abort_on_fail))
     return out
+
+
+def _digest(path: Path) -> str:
+    """A data set's content (a file, or a folder's files in name order)."""
+    h = hashlib.sha256()
+    for f in sorted(path.iterdir()) if path.is_dir() else [path]:
+        if f.is_file():
+            h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
 
 
 def first_difference(mine: dict[str, str], theirs: dict[str, str]) -> str | None:
@@ -102,9 +115,9 @@ def share(a: Arrivals, users: int, total: int, index: int) -> dict[str, Any]:
 class MasterDrive:
     """The conductor's drive on a Locust master (run/drive.py's Drive protocol)."""
 
-    def __init__(self, scenario: Scenario, address: str, events: EventLog):
+    def __init__(self, scenario: Scenario, plan: Plan, address: str, events: EventLog):
         self.scenario = scenario
-        self.plan = build_plan(scenario)
+        self.plan = plan
         # each worker gets its own run of correlation ids, as many as it may hold open
         self.id_slice = 0
         if any(t.sequence is not None for t in scenario.requests.values()):
@@ -313,7 +326,7 @@ class WorkerAgent:
         self.environment = environment
         self.file_scenario = scenario
         self.scenario = scenario
-        self.plan = build_plan(scenario)
+        self.plan: Plan | None = None  # built once the master's facts are known (SETUP)
         self.seed = seed
         self.address = ""
         self.drive: LocalDrive | None = None
@@ -364,7 +377,7 @@ class WorkerAgent:
 
     def _on_open(self, environment: Any, msg: Any, **_: Any) -> None:
         d = msg.data
-        if self.drive is None:
+        if self.drive is None or self.plan is None:
             return
         step = self.plan.phases[d["phase"]].steps[d["step"]]
         arrivals = Arrivals(**d["arrivals"]) if d["arrivals"] else None

@@ -80,7 +80,6 @@ class LocalDrive:
         names = list(scenario.requests)  # a phase's mix may use any of them
         self.template_names = names
         self.payloads = [prepare_pool(scenario.requests[n]) for n in names]
-        self.batch_sizes = {n: scenario.requests[n].batch_size for n in names}
         # per phase: the cumulative weights pick() draws from (switched at each gate opening)
         self.mixes = [cumulative(names, p.mix) for p in plan.phases]
         self.cumulative = cumulative(names, scenario.mix)

@@ -25,17 +25,22 @@ import gevent.monkey
 from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
-from loadkit.cli.exits import EXIT_BAD_INPUT, err, report_error
 from loadkit.errors import LoadkitError
+from loadkit.events import EventLog
+from loadkit.exits import EXIT_BAD_INPUT, err, report_error
 from loadkit.locust import webui
 from loadkit.locust.bootstrap import PATCHED, PATCHED_MESSAGE, reexec_unpatched
-from loadkit.locust.distributed import WorkerAgent
+from loadkit.locust.distributed import MasterDrive, WorkerAgent
+from loadkit.locust.local_drive import LocalDrive
 from loadkit.locust.shape import LoadkitShape
 from loadkit.locust.users import TritonUser
+from loadkit.plan import Plan
+from loadkit.report import Files
+from loadkit.run.drive import Drive
 from loadkit.run.run import Run
 from loadkit.run.session import Session, default_out
-from loadkit.run.slo import FAILING
 from loadkit.scenario import load_scenario
+from loadkit.slo import FAILING
 
 __all__ = ["LoadkitShape", "TritonUser"]
 
@@ -81,10 +86,16 @@ class _LocustSession:
     def new_run(self) -> Run:
         out = Path(self.out) if self.out else default_out(self.scenario.name)
         assert self.target.control is not None
-        run = Run(
-            self.scenario, self.target.address, self.target.control, out, self.target.embedded,
-            distributed=isinstance(self.environment.runner, MasterRunner),
-        )
+        distributed = isinstance(self.environment.runner, MasterRunner)
+        scenario, address = self.scenario, self.target.address
+
+        def drive(plan: Plan, events: EventLog) -> Drive:
+            if distributed:
+                return MasterDrive(scenario, plan, address, events)
+            return LocalDrive(scenario, plan, address)
+
+        run = Run(scenario, address, self.target.control, out, self.target.embedded,
+                  drive=drive, reporter=Files())
         run.attach(self.environment)
         run.session = self  # type: ignore[attr-defined]
         return run

@@ -10,8 +10,8 @@ from loadkit.report.compare import Comparison, highlights, load_label, pct_chang
 from loadkit.report.timeline import error_notes
 from loadkit.report.units import ms
 from loadkit.run.accounting import first_message
-from loadkit.run.slo import fmt_value
-from loadkit.run.slo import table as threshold_table
+from loadkit.slo import fmt_value
+from loadkit.slo import table as threshold_table
 
 
 def _errors(step: dict[str, Any]) -> str:

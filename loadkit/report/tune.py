@@ -10,7 +10,7 @@ from typing import Any
 from loadkit.modelconfig import to_pbtxt
 from loadkit.plan import load_label
 from loadkit.report.units import ms
-from loadkit.run.slo import fmt_value
+from loadkit.slo import fmt_value
 
 HEADER = ("rank", "trial", "config", "objective", "constraints", "at load", "infer/s",
           "p50 ms", "p99 ms", "server: avg batch / queue / compute")

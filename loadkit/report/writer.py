@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from loadkit.errors import LoadkitError
+from loadkit.errors import ReportError
 from loadkit.report.compare import build
 from loadkit.report.html import render_html
 from loadkit.report.markdown import capacity_table, comparison_table, summary_table
@@ -21,11 +21,7 @@ from loadkit.report.plots import capacity_search, render_plots, tune_pareto
 from loadkit.report.timeline import plot as timeline_plot
 from loadkit.report.tune import write_best
 from loadkit.run.results import RESULTS_FORMAT, RunResult
-from loadkit.run.slo import junit_xml
-
-
-class ReportError(LoadkitError):
-    """A report folder that cannot be read back (missing or foreign results.json)."""
+from loadkit.slo import junit_xml
 
 
 def atomic_write(path: Path, data: str | bytes) -> None:

@@ -165,7 +165,7 @@ def first_message(messages: dict[str, list[dict[str, Any]]]) -> str:
     return f"{best[0]}: {best[1]}" if best[0] else ""
 
 
-def verdict(results: dict[str, Any]) -> list[str]:
+def run_failures(results: dict[str, Any]) -> list[str]:
     """Why a run whose phases all ran must still be reported `failed` (empty: it need not).
 
     Measured numbers that do not add up, a run that measured nothing, a request template that

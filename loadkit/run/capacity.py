@@ -11,11 +11,12 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from loadkit.loads.capacity import Probe, Search, cheapest, phase_summary, verdict
 from loadkit.plan import Arrivals, PhasePlan, Step
 from loadkit.run.conductor import Conductor, Hub
 from loadkit.run.results import PhaseResult
 from loadkit.scenario import RateLoad, Threshold
+from loadkit.search.capacity import Probe, Search, cheapest, phase_summary
+from loadkit.slo import judge_step
 
 PROBE_OVERHEAD_S = 1.5  # drain, snapshots and the report write around each probe
 CONFIRM_FACTOR = 2
@@ -94,7 +95,7 @@ class CapacityConductor(Conductor):
                                  template.max_concurrency, template.late_tolerance_s))
             self._run_step(step, pr)
             result = pr.steps[-1].to_json()
-            passed, broken = verdict(self.spec.slo, result)
+            passed, broken = judge_step(self.spec.slo, result)
             ol = result.get("open_loop", {})
             search.record(Probe(rate, kind, passed, broken, step.index, result["latency_us"],
                                 ol.get("achieved_rate", 0.0), bool(ol.get("generator_limited"))))

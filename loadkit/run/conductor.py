@@ -30,13 +30,13 @@ from loadkit.events import (
     ThresholdAbort,
 )
 from loadkit.plan import PhasePlan, Plan, Step
-from loadkit.run.accounting import verdict
+from loadkit.run.accounting import run_failures
 from loadkit.run.drive import Drive
 from loadkit.run.results import PhaseResult, RunResult, RunStatus
-from loadkit.run.slo import check_phase, failed
 from loadkit.run.step_result import build_step_result
 from loadkit.run.timeline import Sampler
 from loadkit.scenario import Scenario, Threshold
+from loadkit.slo import check_phase, failed
 
 
 class Hub(Protocol):
@@ -184,10 +184,10 @@ class Conductor:
 
     def _judge(self) -> None:
         """A run that walked its phases is `failed` (exit 1) when what it measured is known to
-        be wrong or empty (accounting.verdict); an interrupted or aborted run keeps its status
+        be wrong or empty (accounting.run_failures); an interrupted or aborted run keeps its status
         and exit code, with the same reasons added."""
         result = self.run.result
-        reasons = self._verdict(result.to_json())
+        reasons = self._failures(result.to_json())
         if not reasons:
             return
         if result.status == "complete":
@@ -197,8 +197,8 @@ class Conductor:
             result.reason = "; ".join([result.reason, *reasons])
         self.exit_code = self.exit_code or 1
 
-    def _verdict(self, results: dict[str, Any]) -> list[str]:
-        return verdict(results)
+    def _failures(self, results: dict[str, Any]) -> list[str]:
+        return run_failures(results)
 
     def _walk_phase(self, phase: PhasePlan, pr: PhaseResult) -> None:
         """The phase's planned steps, in order (run/capacity.py chooses them as it goes)."""

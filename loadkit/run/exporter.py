@@ -25,7 +25,7 @@ from prometheus_client.core import (
     Metric,
 )
 
-from loadkit.errors import LoadkitError
+from loadkit.errors import ExporterError
 from loadkit.record import StepWindow, decode, new_histogram
 
 log = logging.getLogger("loadkit.exporter")
@@ -34,10 +34,6 @@ BUCKETS_S = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.
 QUANTILES = (0.5, 0.9, 0.99, 0.999)
 REFRESH_S = 1.0
 STEP_CHECK_S = 0.1
-
-
-class ExporterError(LoadkitError):
-    exit_code = 2
 
 
 class Totals:

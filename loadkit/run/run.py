@@ -1,36 +1,46 @@
 """The Run: one object ties a run together (scenario, plan, drive, controller, result, events).
 
 Created once per run and attached to Locust's Environment (as `environment.loadkit`), so the
-users, the shape and the conductor find it there instead of in module globals. The drive and
-the conductor are chosen here and nowhere else: a local or a master drive, an ordinary or a
-capacity-search conductor.
+users, the shape and the conductor find it there instead of in module globals. The caller
+chooses what varies, as Locust's Environment lets its caller choose a runner: the drive (a
+local engine or a Locust master: `DriveFactory`), the conductor (ordinary, capacity search,
+tune search: `ConductorFactory`) and the reporter that writes the files (report/). So run/
+imports neither locust/ nor report/, and a new load-driving command adds its own factories.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from loadkit.clock import utcnow
 from loadkit.control.client import ServerControl
 from loadkit.control.controller import Controller
 from loadkit.events import EventLog, ReportRenderFailed
-from loadkit.locust.distributed import MasterDrive
-from loadkit.locust.local_drive import LocalDrive
 from loadkit.plan import Plan, build_plan
-from loadkit.report import render, write_report
 from loadkit.run.accounting import template_calls
-from loadkit.run.capacity import CapacityConductor, CapacitySpec
-from loadkit.run.conductor import Conductor
+from loadkit.run.conductor import Conductor, Hub
 from loadkit.run.drive import Drive
 from loadkit.run.results import RunResult
-from loadkit.run.slo import Outcome, evaluate
-from loadkit.run.tune import TuneConductor, TuneRun
-from loadkit.scenario import PhaseSpec, Requirements, Scenario, Thresholds
+from loadkit.scenario import Scenario
+from loadkit.slo import Outcome, evaluate
 
 log = logging.getLogger(__name__)
+
+# (the run's plan, its event log) -> the drive that sends its load
+DriveFactory = Callable[[Plan, EventLog], Drive]
+ConductorFactory = Callable[[Hub], Conductor]
+
+
+class Reporter(Protocol):
+    """Writes a run's files: results.json and summary.md after every step (`write`, which
+    returns what it wrote), the rest once at the end (`render`). report/ has the real one."""
+
+    def write(self, out_dir: Path, result: RunResult) -> dict[str, Any]: ...
+
+    def render(self, out_dir: Path) -> None: ...
 
 
 class Run:
@@ -41,27 +51,22 @@ class Run:
         control: ServerControl,
         out_dir: Path,
         embedded: bool,
-        seed: int = 0,
-        distributed: bool = False,
-        capacity: CapacitySpec | None = None,
-        tune: TuneRun | None = None,
+        *,
+        drive: DriveFactory,
+        reporter: Reporter,
+        conductor: ConductorFactory = Conductor,
+        plan: Plan | None = None,
     ):
         self.scenario = scenario
-        # `loadkit tune` walks trials of its own load; its plan is that load as one phase
-        self.plan: Plan = build_plan(scenario if tune is None else trial_scenario(scenario))
+        self.plan: Plan = plan if plan is not None else build_plan(scenario)
         self.address = address
         self.out_dir = out_dir
+        self.reporter = reporter
         self.result = RunResult(scenario.name, scenario.redacted(), address, embedded, utcnow())
         self.events = EventLog(self.result.events)
         self.result.requests = list(self.plan.requests)
-        # A LocalDrive sends from this process; a MasterDrive has Locust workers send. The
-        # conductor talks to either through the Drive protocol (run/drive.py).
-        self.drive: Drive = (
-            MasterDrive(scenario, address, self.events)
-            if distributed
-            else LocalDrive(scenario, self.plan, address, seed)
-        )
-        self.batch_sizes = {n: t.batch_size for n, t in scenario.requests.items()}
+        self.drive: Drive = drive(self.plan, self.events)
+        self.batch_sizes = self.plan.batch_sizes
         self.template_models = {n: t.model for n, t in scenario.requests.items()}
         # template -> {model: requests there per request}: the accounting's expected counts
         self.template_calls = template_calls(
@@ -77,11 +82,7 @@ class Run:
             control, scenario.models, self.events, scenario.target.reload_timeout_s,
             observed=tuple(self.composing),
         )
-        self.conductor: Conductor = (
-            CapacityConductor(self, capacity) if capacity is not None
-            else TuneConductor(self, tune) if tune is not None
-            else Conductor(self)
-        )
+        self.conductor: Conductor = conductor(self)
         self.environment: Any = None
         self.last_report: dict[str, Any] = {}
 
@@ -105,19 +106,12 @@ class Run:
     def save(self, final: bool = False) -> None:
         if final:
             self.check_thresholds()
-        self.last_report = write_report(self.out_dir, self.result)
+        self.last_report = self.reporter.write(self.out_dir, self.result)
         if not final:
             return
         try:
-            render(self.out_dir)
+            self.reporter.render(self.out_dir)
         except Exception as exc:  # results.json is safe on disk; say why the rest is missing
             log.exception("rendering the comparison report failed")
             self.events.add(ReportRenderFailed(repr(exc)))
-            self.last_report = write_report(self.out_dir, self.result)
-
-
-def trial_scenario(scenario: Scenario) -> Scenario:
-    """The scenario with one phase, its `tune:` load: the template of every trial."""
-    assert scenario.tune is not None
-    phase = PhaseSpec("trial", scenario.tune.load, {}, Requirements(), Thresholds())
-    return dataclasses.replace(scenario, phases=(phase,))
+            self.last_report = self.reporter.write(self.out_dir, self.result)

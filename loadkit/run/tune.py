@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadkit.modelconfig import merge, needs_gpu
-from loadkit.run.accounting import verdict
+from loadkit.run.accounting import run_failures
 from loadkit.run.conductor import Conductor, Hub
 from loadkit.run.results import PhaseResult, RunStatus
-from loadkit.scenario import Requirements, TuneSpec
-from loadkit.tune import space
-from loadkit.tune.score import operating_point, pareto, rank_key, reference_of
-from loadkit.tune.strategies import STRATEGIES
+from loadkit.scenario import PhaseSpec, Requirements, Scenario, Thresholds, TuneSpec
+from loadkit.search import space
+from loadkit.search.score import operating_point, pareto, rank_key, reference_of
+from loadkit.search.strategies import STRATEGIES
 
 log = logging.getLogger("loadkit.tune")
 DONE = ("ok", "failed", "skipped")  # a trial in these states is never measured again
@@ -189,11 +189,11 @@ class TuneConductor(Conductor):
             trial["reference"] = self.reference
         return trial
 
-    def _verdict(self, results: dict[str, Any]) -> list[str]:
+    def _failures(self, results: dict[str, Any]) -> list[str]:
         """As any run's, except that a trial whose config the server refused is a result of
         the search (ranked last, with the server's reason), not a failure of the run."""
         refused = {t["phase"] for t in self.trials if t["status"] == "failed"}
-        return verdict({**results, "phases": [p for p in results["phases"]
+        return run_failures({**results, "phases": [p for p in results["phases"]
                                               if p["name"] not in refused]})
 
     # ---- results.json's `tune` section ------------------------------------------------------
@@ -241,3 +241,10 @@ def _gain(best: dict[str, Any] | None, baseline: dict[str, Any] | None) -> dict[
         out["p99_x"] = round(b["p99_us"] / a["p99_us"], 3)
     return out
 
+
+def trial_scenario(scenario: Scenario) -> Scenario:
+    """The scenario with one phase, its `tune:` load: the template of every trial (the plan
+    `loadkit tune` hands its Run)."""
+    assert scenario.tune is not None
+    phase = PhaseSpec("trial", scenario.tune.load, {}, Requirements(), Thresholds())
+    return dataclasses.replace(scenario, phases=(phase,))

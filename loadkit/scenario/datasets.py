@@ -24,11 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from loadkit.errors import DatasetError
 from loadkit.scenario.model import DTYPES, InputSpec
-
-
-class DatasetError(ValueError):
-    """What is wrong with a data set, in the file's own terms (entry, input, line)."""
 
 
 def size_text(n: float) -> str:

@@ -8,12 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from loadkit.errors import LoadkitError
+from loadkit.errors import TuneInputError
 from loadkit.scenario import TuneSpec
-
-
-class TuneInputError(LoadkitError):
-    exit_code = 2
 
 
 def read_search(run_dir: Path, spec: TuneSpec) -> tuple[list[dict[str, Any]],

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from loadkit.tune.score import better
-from loadkit.tune.space import Point, gray_order, neighbours
+from loadkit.search.score import better
+from loadkit.search.space import Point, gray_order, neighbours
 
 Trial = dict[str, Any]
 MAX_REPEATS = 200  # bayes: proposals of known points in a row before the space counts as done

@@ -16,67 +16,10 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from loadkit.errors import LoadkitError
-from loadkit.run.slo import fmt_value, holds, step_value
-from loadkit.scenario import DURATION_METRICS, Threshold
+from loadkit.errors import CapacityInputError
 
-DEFAULT_ERROR_RATE = 0.01
-DEFAULT_DROPPED = 0.01
 MAX_CONFIRMS = 3
-_TERM = re.compile(
-    r"^\s*(?P<metric>(?:first_response_|inter_response_)?(?:p50|p90|p95|p99|p999|p99\.9)|"
-    r"error_rate|max_dropped|dropped|goodput_min)\s*"
-    r"(?P<op><=|<|>=|>)\s*(?P<value>[0-9]*\.?[0-9]+)\s*(?P<unit>us|µs|ms|s|%|/s)?\s*$"
-)
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(/s)?\s*$")
-
-
-class CapacityInputError(LoadkitError):
-    exit_code = 2
-
-
-def parse_slo(text: str) -> tuple[Threshold, ...]:
-    """`p99<50ms`, `p99<50ms,p50<10ms,error_rate<0.5%`; error rate and dropped ratio default to
-    1% when not given, since a rate that only holds by failing or dropping requests is no rate."""
-    items: list[Threshold] = []
-    for term in filter(None, (t.strip() for t in text.split(","))):
-        m = _TERM.match(term)
-        if m is None:
-            raise CapacityInputError(
-                f"--slo: cannot read {term!r}; expected e.g. 'p99<50ms', 'p50<=8ms', "
-                "'error_rate<1%', 'first_response_p99<200ms', 'goodput_min>5/s' (metrics: p50 "
-                "p90 p95 p99 p999, the same after first_response_ or inter_response_, "
-                "error_rate max_dropped goodput_min)"
-            )
-        metric = m["metric"].replace("p99.9", "p999")
-        metric = {"dropped": "max_dropped"}.get(metric, metric)
-        value, unit = float(m["value"]), m["unit"]
-        if (metric == "goodput_min") != (m["op"] in (">", ">=")):
-            raise CapacityInputError(f"--slo: {term!r}: goodput_min takes '>' (a floor), every "
-                                     "other metric '<' (a ceiling)")
-        if metric == "goodput_min":
-            if unit not in (None, "/s") or value <= 0:
-                raise CapacityInputError(f"--slo: {term!r}: expected good requests/s above 0")
-            limit = value
-        elif metric in DURATION_METRICS:
-            if unit not in ("us", "µs", "ms", "s"):
-                raise CapacityInputError(f"--slo: {term!r} needs a unit: us, ms or s")
-            limit = value * {"us": 1, "µs": 1, "ms": 1e3, "s": 1e6}[unit]
-        else:
-            limit = value / 100 if unit == "%" else value
-            if unit not in (None, "%") or not 0 <= limit <= 1:
-                raise CapacityInputError(f"--slo: {term!r}: expected a fraction or a percentage")
-        if limit <= 0 and metric in DURATION_METRICS:
-            raise CapacityInputError(f"--slo: {term!r}: the limit must be above 0")
-        items.append(Threshold(metric, limit, None, "--slo"))
-    if not any(t.metric in DURATION_METRICS for t in items):
-        raise CapacityInputError(f"--slo: {text!r} names no latency percentile (e.g. p99<50ms)")
-    metrics = {t.metric for t in items}
-    if "error_rate" not in metrics:
-        items.append(Threshold("error_rate", DEFAULT_ERROR_RATE, None, "default"))
-    if "max_dropped" not in metrics:
-        items.append(Threshold("max_dropped", DEFAULT_DROPPED, None, "default"))
-    return tuple(items)
 
 
 def parse_rate(text: str, flag: str) -> float:
@@ -85,19 +28,6 @@ def parse_rate(text: str, flag: str) -> float:
         raise CapacityInputError(f"{flag}: expected a rate above 0 such as 3000 or 3000/s; "
                                  f"found {text!r}")
     return float(m[1])
-
-
-def verdict(slo: tuple[Threshold, ...], step: dict[str, Any]) -> tuple[bool, list[str]]:
-    """Whether a measured step holds every term of the SLO, and which terms broke."""
-    broken = []
-    for t in slo:
-        v = step_value(t, step)
-        if not holds(t, v):
-            shown = "nothing measured" if v is None else fmt_value(t.metric, v)
-            broken.append(f"{t.name} {shown}")
-    if step.get("status") != "ok":
-        broken.append(f"step {step.get('status')}")
-    return not broken, broken
 
 
 def replicas(peak: float, max_rate: float, headroom: float) -> int:

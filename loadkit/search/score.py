@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadkit.loads.capacity import verdict
-from loadkit.run.slo import step_value
 from loadkit.scenario import MAXIMIZED, Objective, Threshold, TuneSpec
+from loadkit.slo import judge_step, step_value
 
 SERVER_FIELDS = ("avg_batch", "queue_us", "compute_infer_us")
 
@@ -71,7 +70,7 @@ def score(objective: Objective, step: dict[str, Any],
 
 def judge(spec: TuneSpec, step: dict[str, Any]) -> tuple[bool, list[str], str]:
     """(keeps every constraint, what broke, why a constraint could not be checked)."""
-    ok, broken = verdict(spec.constraints, step) if spec.constraints else (
+    ok, broken = judge_step(spec.constraints, step) if spec.constraints else (
         step.get("status") == "ok", [] if step.get("status") == "ok" else [
             f"step {step.get('status')}"])
     skipped = ""
