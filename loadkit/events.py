@@ -10,11 +10,14 @@ without polling. `docs/results.md` lists the events and their fields.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from loadkit.clock import utcnow
+
+log = logging.getLogger("loadkit.events")
 
 
 @dataclass(frozen=True)
@@ -201,8 +204,13 @@ class EventHook:
         self._listeners.remove(listener)
 
     def fire(self, event: RunEvent, data: dict[str, Any]) -> None:
+        """Every listener hears the event; one that raises is logged with its traceback and the
+        rest still hear it (a live view must never break the run that reports to it)."""
         for listener in list(self._listeners):
-            listener(event, data)
+            try:
+                listener(event, data)
+            except Exception:
+                log.exception("an event listener failed on %s", event.name)
 
 
 class EventLog:

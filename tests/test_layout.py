@@ -160,3 +160,20 @@ def test_an_upward_import_is_found() -> None:
     assert upward(graph) == [
         "loadkit.control.client -> loadkit.engine.core (control is below or beside engine)",
         "loadkit.run.run -> loadkit.locust.local_drive (run is below or beside locust)"]
+
+
+@pytest.mark.fast
+def test_no_function_over_80_lines_and_no_module_over_450() -> None:
+    """Long functions grew by a parameter per feature (build_step_result had 14); the limits
+    keep each job readable in one screen."""
+    long = []
+    for path in PACKAGE.rglob("*.py"):
+        text = path.read_text()
+        if text.count("\n") > 450:
+            long.append(f"{path.relative_to(ROOT)}: {text.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                if size > 80:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {size} lines")
+    assert long == [], "\n".join(long)

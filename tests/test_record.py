@@ -81,3 +81,39 @@ def test_inlined_record_value_matches_hdrh_bucket_for_bucket() -> None:
         theirs.total_count, theirs.min_value, theirs.max_value)
     assert encode(ours) == encode(theirs)
     assert latency_summary(ours) == latency_summary(theirs)
+
+
+@pytest.mark.fast
+def test_every_window_field_crosses_the_wire() -> None:
+    """A new StepWindow field must be given a kind in record.WIRE (or a worker's part of it
+    would be dropped silently); each kind round-trips through to_wire/add_wire."""
+    import dataclasses
+
+    from loadkit.record import WIRE
+
+    fields = {f.name for f in dataclasses.fields(StepWindow)}
+    kinds = [name for names in WIRE.values() for name in names]
+    assert sorted(kinds) == sorted(fields), set(fields) ^ set(kinds)
+    a = StepWindow(step())
+    a.record("t", 120, 100)
+    a.error("t", "UNAVAILABLE", "gone")
+    a.streamed("t", 50, [10, 20], 3, 200, None, 7)
+    a.streamed("t", 0, [], 0, 90, None)
+    a.sequence_done("t", 900)
+    a.use("t", 4)
+    a.dropped["t"] += 2
+    a.cancelled["t"] += 1
+    a.sent, a.scheduled, a.own_us = 5, 7, 11
+    b = StepWindow(step())
+    b.add_wire(a.to_wire())
+    b.add_wire(a.to_wire())
+    for name in WIRE["histograms"]:
+        assert {k: h.get_total_count() * 2 for k, h in getattr(a, name).items()} == \
+            {k: h.get_total_count() for k, h in getattr(b, name).items()}, name
+    for name in WIRE["counters"]:
+        assert {k: 2 * v for k, v in getattr(a, name).items()} == dict(getattr(b, name)), name
+    for name in WIRE["numbers"]:
+        assert getattr(b, name) == 2 * getattr(a, name), name
+    assert b.errors == {"t": {"UNAVAILABLE": 2}} and b.payloads == {"t": {4}}
+    assert b.messages == {"UNAVAILABLE": {"gone": 2}}
+    assert sum(s.ok["t"] for s in b.seconds.values()) == 2

@@ -23,7 +23,7 @@ from loadkit.record import StepWindow
 from loadkit.run.conductor import Conductor
 from loadkit.run.drive import Collected
 from loadkit.run.results import RunResult
-from loadkit.run.step_result import build_step_result
+from loadkit.run.step_result import StepContext, build_step_result
 from loadkit.scenario import Scenario, load_scenario
 
 pytestmark = pytest.mark.fast
@@ -91,6 +91,13 @@ def _window(step: Step, successes: int, errors: int = 0) -> StepWindow:
     return w
 
 
+def _context(step: Step, got: Collected, before: Snapshot | None, after: Snapshot | None,
+             duration_s: float, status: str, batch: int) -> StepContext:
+    return StepContext(step=step, got=got, before=before, after=after, started_at="t",
+                       duration_s=duration_s, status=status, batch_sizes={"d": batch},
+                       calls={"d": {"dense": 1}})
+
+
 def _snapshot(success: int) -> Snapshot:
     return Snapshot({"dense": ModelCounters(success=success, inference_count=success,
                                             execution_count=success)}, MetricsSnapshot())
@@ -148,16 +155,14 @@ def test_a_restore_that_fails_is_returned_not_swallowed(scenario: Scenario) -> N
 def test_step_result_accounts_client_against_server(scenario: Scenario) -> None:
     step = build_plan(scenario).steps[0]
     got = Collected(_window(step, 40, errors=2), True, 0.5, 1 << 20)
-    ok = build_step_result(step, got, _snapshot(100), _snapshot(140), "t", 2.0, "ok",
-                           {"d": 4}, {"d": "dense"})
+    ok = build_step_result(_context(step, got, _snapshot(100), _snapshot(140), 2.0, "ok", 4))
     assert (ok.requests, ok.inferences, ok.throughput) == (40, 160, 80.0)
     assert ok.errors == {"UNAVAILABLE": 2}
     assert ok.error_messages["UNAVAILABLE"] == [{"message": "connection refused", "count": 2}]
     assert ok.server["dense"]["success"] == 40
     assert ok.accounting["status"] == "ok"
 
-    bad = build_step_result(step, got, _snapshot(100), _snapshot(139), "t", 2.0, "ok",
-                            {"d": 4}, {"d": "dense"})
+    bad = build_step_result(_context(step, got, _snapshot(100), _snapshot(139), 2.0, "ok", 4))
     assert bad.accounting["status"] == "mismatch"
     assert "40" in bad.accounting["reason"] and "39" in bad.accounting["reason"]
 
@@ -193,7 +198,7 @@ phases: [{name: x, load: {concurrency: 1, step_duration: 1s}}]
 def test_step_result_without_server_counters_is_unchecked_never_zero(scenario: Scenario) -> None:
     step = build_plan(scenario).steps[0]
     got = Collected(_window(step, 5), True, 0.1, 0)
-    r = build_step_result(step, got, None, None, "t", 1.0, "partial", {"d": 1}, {"d": "dense"})
+    r = build_step_result(_context(step, got, None, None, 1.0, "partial", 1))
     assert r.server == {}
     assert "could not be read before the step" in r.server_unavailable["dense"]
     assert r.accounting["status"] == "unchecked"
@@ -374,3 +379,19 @@ def test_the_servers_own_words_go_before_the_other_messages_bucket() -> None:
     assert first_message(kept) == "INFER_ERROR: sequence 7 must START first"
     assert first_message({"X": [{"message": OTHER_MESSAGES, "count": 3}]}) == \
         f"X: {OTHER_MESSAGES}"
+
+
+@pytest.mark.fast
+def test_a_failing_event_listener_breaks_neither_the_caller_nor_the_others(
+        caplog: pytest.LogCaptureFixture) -> None:
+    events = EventLog()
+    heard: list[str] = []
+
+    def broken(event: RunEvent, _data: dict[str, Any]) -> None:
+        raise RuntimeError("the web UI went away")
+
+    events.added.add_listener(broken)
+    events.added.add_listener(lambda event, _data: heard.append(event.name))
+    data = events.add(ConfigApplied("p", "dense", 0.5))  # does not raise
+    assert data["event"] == "config_applied" and heard == ["config_applied"]
+    assert "an event listener failed on config_applied" in caplog.text

@@ -37,87 +37,105 @@ async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals,
     in flight is dropped, one later than the tolerance is late; both are counted. Sends are
     timer callbacks, not a task per request: all that are due go out in one wake-up.
     """
-    gate, loop = engine.gate, engine.loop
-    assert gate is not None and loop is not None
-    generation = engine.generation
-    rng = random.Random(arrivals.seed * 7_919 + generation)
-    poisson = arrivals.arrival == "poisson"
-    mean_ns = 1e9 / arrivals.rate
-    cap = arrivals.max_concurrency or 1_000_000
-    tolerance_ns = arrivals.late_tolerance_s * 1e9
-    names, payloads, pick, recorder = engine.names, engine.payloads, engine.pick, engine.recorder
-    draw = engine.draw if engine.pooled else None
-    idle, wire, streams = engine.idle_slots, engine.wire, engine.streams
-    assert wire is not None
-    seqs = open_sequences(engine, lane, specs, ids)
-    if seqs is not None:
-        seqs.resume(arrivals.max_concurrency)
-    in_flight = 0
-    next_ns = float(time.perf_counter_ns())
-    over: asyncio.Future[None] = loop.create_future()
-    handle: asyncio.TimerHandle | None = None
+    await _Schedule(engine, lane, arrivals, specs, ids).run()
 
-    def tick() -> None:
-        nonlocal next_ns, in_flight, handle
-        if not gate.is_set() or generation != engine.generation or lane.stopping:
-            if not over.done():
-                over.set_result(None)
+
+class _Schedule:
+    """One lane's schedule for one gate opening."""
+
+    def __init__(self, engine: Engine, lane: Lane, arrivals: Arrivals,
+                 specs: list[SequenceSpec | None] | None,
+                 ids: list[Ids | None] | None):
+        assert engine.gate is not None and engine.loop is not None and engine.wire is not None
+        self.engine, self.lane, self.loop = engine, lane, engine.loop
+        self.generation = engine.generation
+        self.rng = random.Random(arrivals.seed * 7_919 + self.generation)
+        self.poisson = arrivals.arrival == "poisson"
+        self.mean_ns = 1e9 / arrivals.rate
+        self.cap = arrivals.max_concurrency or 1_000_000
+        self.tolerance_ns = arrivals.late_tolerance_s * 1e9
+        self.draw = engine.draw if engine.pooled else None
+        self.seqs = open_sequences(engine, lane, specs, ids)
+        if self.seqs is not None:
+            self.seqs.resume(arrivals.max_concurrency)
+        self.in_flight = 0
+        self.next_ns = float(time.perf_counter_ns())
+        self.over: asyncio.Future[None] = self.loop.create_future()
+        self.handle: asyncio.TimerHandle | None = None
+        self.precise = PreciseTimer.create(self.loop, self.tick)
+
+    async def run(self) -> None:
+        lane = self.lane
+        lane.scheduling = True
+        self.tick()
+        try:
+            await self.over
+        finally:
+            lane.scheduling = False
+            if self.precise is not None:
+                self.precise.close()
+            if self.handle is not None:
+                self.handle.cancel()
+
+    def tick(self) -> None:
+        engine, lane = self.engine, self.lane
+        gate, wire = engine.gate, engine.wire
+        assert gate is not None and wire is not None
+        if not gate.is_set() or self.generation != engine.generation or lane.stopping:
+            if not self.over.done():
+                self.over.set_result(None)
             return
         now = time.perf_counter_ns()
         conn = wire.live()
         if conn is not None:
             conn.corked = True  # the sends below leave in one write, in this iteration
-        while next_ns <= now:
+        pick, recorder, rng = engine.pick, engine.recorder, self.rng
+        while self.next_ns <= now:
             i = pick(lane.rng)
             window = recorder.window
-            scheduled_ns = int(next_ns)
-            next_ns += rng.expovariate(1.0) * mean_ns if poisson else mean_ns
+            scheduled_ns = int(self.next_ns)
+            self.next_ns += rng.expovariate(1.0) * self.mean_ns if self.poisson else self.mean_ns
             if window is not None:
                 window.scheduled += 1
-            if seqs is not None:
-                late = now - scheduled_ns > tolerance_ns
-                if not seqs.arrive(i, scheduled_ns, window, late) and window is not None:
-                    window.dropped[names[i]] += 1
-                continue
-            if in_flight >= cap:
-                if window is not None:
-                    window.dropped[names[i]] += 1
-                continue
-            if window is not None:
-                window.sent += 1
-                if now - scheduled_ns > tolerance_ns:
-                    window.late[names[i]] += 1
-            slot = idle.pop() if idle else Slot()
-            in_flight += 1
-            payload = payloads[i] if draw is None else draw(i, lane.rng, window)
-            engine.send(slot, payload, functools.partial(
-                finished, slot, names[i], scheduled_ns, window),
-                streams.streaming[i] and streams.mode(i, lane.rng))
+            self.arrive(i, scheduled_ns, now, window)
         if conn is not None:
             conn.corked = False
             conn.flush()
-        delay = (next_ns - time.perf_counter_ns()) / 1e9
-        if precise is not None:
-            precise.call_later(delay)
+        delay = (self.next_ns - time.perf_counter_ns()) / 1e9
+        if self.precise is not None:
+            self.precise.call_later(delay)
         else:
-            handle = loop.call_later(delay, tick)
+            self.handle = self.loop.call_later(delay, self.tick)
 
-    def finished(slot: Slot, name: str, scheduled_ns: int, window: StepWindow | None,
+    def arrive(self, i: int, scheduled_ns: int, now: int, window: StepWindow | None) -> None:
+        """One scheduled arrival of template i: sent, late or dropped (a sequence's start,
+        where the mix has sequences)."""
+        engine, names = self.engine, self.engine.names
+        late = now - scheduled_ns > self.tolerance_ns
+        if self.seqs is not None:
+            if not self.seqs.arrive(i, scheduled_ns, window, late) and window is not None:
+                window.dropped[names[i]] += 1
+            return
+        if self.in_flight >= self.cap:
+            if window is not None:
+                window.dropped[names[i]] += 1
+            return
+        if window is not None:
+            window.sent += 1
+            if late:
+                window.late[names[i]] += 1
+        idle = engine.idle_slots
+        slot = idle.pop() if idle else Slot()
+        self.in_flight += 1
+        rng = self.lane.rng
+        payload = engine.payloads[i] if self.draw is None else self.draw(i, rng, window)
+        engine.send(slot, payload, functools.partial(
+            self.finished, slot, names[i], scheduled_ns, window),
+            engine.streams.streaming[i] and engine.streams.mode(i, rng))
+
+    def finished(self, slot: Slot, name: str, scheduled_ns: int, window: StepWindow | None,
                  result: Result) -> None:
-        nonlocal in_flight
-        in_flight -= 1
-        idle.append(slot)
+        self.in_flight -= 1
+        self.engine.idle_slots.append(slot)
         from_schedule_us = (result.end_ns - scheduled_ns) // 1000
-        engine.count(name, window, from_schedule_us, result.latency_us, result)
-
-    precise = PreciseTimer.create(loop, tick)
-    lane.scheduling = True
-    tick()
-    try:
-        await over
-    finally:
-        lane.scheduling = False
-        if precise is not None:
-            precise.close()
-        if handle is not None:
-            handle.cancel()
+        self.engine.count(name, window, from_schedule_us, result.latency_us, result)

@@ -141,63 +141,87 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
                         ids: list[Ids | None]) -> None:
     """Send the lane's sequences until the gate closes or the lane stops; an open sequence
     goes on at the next gate opening (warm-up -> measured window, the next step). The drive
-    ends every open sequence with an END before a new phase (end_open), and a failed request
-    makes the sequence's next request its last (END), so the server never holds a slot for
-    a sequence loadkit let go of."""
-    gate, loop = engine.gate, engine.loop
-    assert gate is not None and loop is not None
-    names, pick, rng = engine.names, engine.pick, lane.rng
-    think, recorder, requests = engine.think_time_s, engine.recorder, engine.requests
-    slot = lane.slot
+    ends every open sequence with an END before a new phase (end_dangling), and a failed
+    request makes the sequence's next request its last (END), so the server never holds a
+    slot for a sequence loadkit let go of."""
     if not isinstance(lane.state, _State):
         release = getattr(lane.state, "release", None)
         if release is not None:
             release()  # open-loop sequences the last phase left open
         lane.state = _State()
-    state = lane.state
-    over: asyncio.Future[None] = loop.create_future()
-    pause: asyncio.TimerHandle | None = None
+    await _SequenceLane(engine, lane, specs, ids).run()
 
-    def send_next() -> None:
+
+class _SequenceLane:
+    """One lane's closed loop of sequences for one gate opening: a chain of callbacks, as
+    loads/closed.py's, with the open sequence kept on `lane.state` between openings."""
+
+    def __init__(self, engine: Engine, lane: Lane, specs: list[SequenceSpec | None],
+                 ids: list[Ids | None]):
+        assert engine.gate is not None and engine.loop is not None
+        assert isinstance(lane.state, _State)
+        self.engine, self.lane, self.specs, self.ids = engine, lane, specs, ids
+        self.state: _State = lane.state
+        self.loop = engine.loop
+        self.over: asyncio.Future[None] = self.loop.create_future()
+        self.pause: asyncio.TimerHandle | None = None
+
+    async def run(self) -> None:
+        self.send_next()
+        try:
+            await self.over
+        finally:
+            if self.pause is not None:
+                self.pause.cancel()
+
+    def _start(self, state: _State) -> None:
+        """A new sequence (or, for a template without `sequence`, one plain request)."""
+        engine, rng = self.engine, self.lane.rng
+        i = engine.pick(rng)
+        spec, tracker = self.specs[i], self.ids[i]
+        state.template, state.epoch, state.first = i, engine.epoch, True
+        state.started_ns, state.failed, state.entry = time.perf_counter_ns(), False, -1
+        if spec is None or tracker is None:
+            state.left, state.ids = 1, b""
+            return
+        data = engine.requests.next_sequence(i, rng)
+        if data is not None:
+            state.entry, state.left = data
+        else:
+            state.left = length(spec, rng)
+        state.corr = tracker.take()
+        state.tracker = tracker
+        state.ids = id_bytes(spec, state.corr)
+
+    def send_next(self) -> None:
+        engine, lane, state = self.engine, self.lane, self.state
+        gate = engine.gate
+        assert gate is not None
         if lane.stopping or not gate.is_set():
-            if not over.done():
-                over.set_result(None)
+            if not self.over.done():
+                self.over.set_result(None)
             return
         if state.left and state.epoch != engine.epoch:
             state.drop()  # a new phase the drive did not close for: end_dangling ends it
         if not state.left:
-            i = pick(rng)
-            spec, tracker = specs[i], ids[i]
-            state.template, state.epoch, state.first = i, engine.epoch, True
-            state.started_ns, state.failed, state.entry = time.perf_counter_ns(), False, -1
-            if spec is None or tracker is None:
-                state.left, state.ids = 1, b""
-            else:
-                data = requests.next_sequence(i, rng)
-                if data is not None:
-                    state.entry, state.left = data
-                else:
-                    state.left = length(spec, rng)
-                state.corr = tracker.take()
-                state.tracker = tracker
-                state.ids = id_bytes(spec, state.corr)
+            self._start(state)
         i = state.template
-        window = recorder.window
+        window = engine.recorder.window
         if window is not None:
             window.sent += 1
-        payload = payload_for(engine, i, rng, window, state.entry)
+        payload = payload_for(engine, i, lane.rng, window, state.entry)
         if state.entry >= 0:
             state.entry += 1
         if state.ids:
             payload = frame(payload[5:] + state.ids + (START if state.first else b"") +
                             (END if state.left == 1 else b""))
         state.first = False
-        engine.send(slot, payload, functools.partial(finished, i, window),
+        engine.send(lane.slot, payload, functools.partial(self.finished, i, window),
                     engine.streams.streaming[i])
 
-    def finished(i: int, window: StepWindow | None, result: Result) -> None:
-        nonlocal pause
-        engine.count(names[i], window, result.latency_us, None, result)
+    def finished(self, i: int, window: StepWindow | None, result: Result) -> None:
+        engine, state = self.engine, self.state
+        engine.count(engine.names[i], window, result.latency_us, None, result)
         state.left -= 1
         if state.ids and result.error is not None:
             if state.left > 0:  # the server may still hold the sequence: END it next
@@ -210,20 +234,13 @@ async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | N
         elif state.left == 0 and state.ids:
             state.close()
             if window is not None and not state.failed:
-                window.sequence_done(names[i], (result.end_ns - state.started_ns) // 1000)
-        if think > 0:
-            pause = loop.call_later(think, send_next)
+                window.sequence_done(engine.names[i], (result.end_ns - state.started_ns) // 1000)
+        if engine.think_time_s > 0:
+            self.pause = self.loop.call_later(engine.think_time_s, self.send_next)
         elif result.error is None:
-            send_next()
+            self.send_next()
         else:
-            loop.call_soon(send_next)
-
-    send_next()
-    try:
-        await over
-    finally:
-        if pause is not None:
-            pause.cancel()
+            self.loop.call_soon(self.send_next)
 
 
 def end_dangling(engine: Engine, ids: list[Ids | None], lanes: bool) -> int:

@@ -64,70 +64,23 @@ def check_step(
 ) -> dict[str, Any]:
     """The step's `accounting` section: status ok | mismatch | unchecked, each check with its
     numbers, and what could not be checked and why. `calls`: template_calls()."""
-    successes = window.successes()
-    errors = window.error_count()
-    cancelled = sum(window.cancelled.values())
-    dropped = sum(window.dropped.values())
-    checks: list[dict[str, Any]] = [
-        _check("sent == successes + errors + cancelled", window.sent,
-               successes + errors + cancelled) if cancelled else
-        _check("sent == successes + errors", window.sent, successes + errors),
-    ]
-    if open_loop:
-        checks.append(_check("scheduled == sent + dropped", window.scheduled,
-                             window.sent + dropped))
-    window.settle()  # the timeline's seconds add up to the step (record.Second)
-    seconds = window.seconds.values()
-    checks.append(_check("timeline successes == successes",
-                         sum(sum(s.ok.values()) for s in seconds), successes))
-    checks.append(_check("timeline errors == errors",
-                         sum(sum(s.errors.values()) for s in seconds), errors))
-    if window.seconds:
-        checks.append(_check("timeline sent == sent", sum(s.sent for s in seconds),
-                             window.sent))
+    checks = _totals(window, open_loop)
     skipped: list[str] = []
-    callers = [t for t, per in calls.items() if ANY in per]
     for model, reaching in _reaching(calls).items():
         if model == ANY:
             continue
-        if shared:
-            skipped.append(f"{model}: client == server not checked: the target is shared "
-                           "(target.shared: other clients' requests count there too)")
-            continue
-        if model in unavailable:
-            skipped.append(f"{model}: client == server not checked: {unavailable[model]}")
-            continue
-        if model not in server:
-            skipped.append(f"{model}: client == server not checked: no server statistics")
-            continue
+        why = ("the target is shared (target.shared: other clients' requests count there too)"
+               if shared else unavailable.get(model) or (
+                   "no server statistics" if model not in server else ""))
         bls = [t for t, k in reaching.items() if k is None]
-        if bls:
-            skipped.append(f"{model}: client == server not checked: it is called from the code "
-                           f"of a BLS model (template '{bls[0]}'), so how many calls a request "
-                           "makes is not in any config")
+        if not why and bls:
+            why = (f"it is called from the code of a BLS model (template '{bls[0]}'), so how "
+                   "many calls a request makes is not in any config")
+        if why:
+            skipped.append(f"{model}: client == server not checked: {why}")
             continue
-        parts = {t: window.successes(t) * int(k or 0) for t, k in reaching.items()}
-        client = sum(parts.values())
-        served = int(server[model]["success"])
-        name = f"{model}: client successes == server success delta"
-        direct = [t for t in parts if next(iter(calls[t])) == model]  # its own model first
-        if len(parts) > len(direct):  # some reach it through an ensemble: show the sum
-            name += " (" + " + ".join(f"{n} from {t}" for t, n in parts.items()) + ")"
-        check = _check(name, client, served)
-        if not check["ok"]:
-            may = sum(window.errors.get(t, {}).get(c, 0) for t in reaching
-                      for c in SERVER_MAY_COUNT) + sum(window.cancelled[t] for t in reaching)
-            if client < served <= client + may:
-                check["ok"] = True
-                check["note"] = (f"{served - client} request(s) that failed here count as "
-                                 "successes on the server (abandoned at a deadline or cancel, "
-                                 "a reply refused, or the model's own error response)")
-        bls = [t for t in callers if t not in reaching]
-        if not check["ok"] and served > client and bls:
-            check["hint"] = (f"template '{bls[0]}' runs a python model, which may call "
-                             f"{model} from its code (BLS): if it does, declare "
-                             f"composing_models: [{model}] on it, and this check is skipped")
-        checks.append(check)
+        checks.append(_model_check(window, calls, model, reaching,
+                                   int(server[model]["success"])))
     broken = [c for c in checks if not c["ok"]]
     status = "mismatch" if broken else ("unchecked" if skipped else "ok")
     out: dict[str, Any] = {"status": status, "checks": checks}
@@ -137,6 +90,59 @@ def check_step(
         out["reason"] = "; ".join(f"{c['check']}: {c['left']} != {c['right']}"
                                   + (f" ({c['hint']})" if "hint" in c else "") for c in broken)
     return out
+
+
+def _totals(window: StepWindow, open_loop: bool) -> list[dict[str, Any]]:
+    """The client's own totals: what was sent came back, the schedule, the timeline."""
+    successes, errors = window.successes(), window.error_count()
+    cancelled = sum(window.cancelled.values())
+    checks = [
+        _check("sent == successes + errors + cancelled", window.sent,
+               successes + errors + cancelled) if cancelled else
+        _check("sent == successes + errors", window.sent, successes + errors),
+    ]
+    if open_loop:
+        checks.append(_check("scheduled == sent + dropped", window.scheduled,
+                             window.sent + sum(window.dropped.values())))
+    window.settle()  # the timeline's seconds add up to the step (record.Second)
+    seconds = window.seconds.values()
+    checks.append(_check("timeline successes == successes",
+                         sum(sum(s.ok.values()) for s in seconds), successes))
+    checks.append(_check("timeline errors == errors",
+                         sum(sum(s.errors.values()) for s in seconds), errors))
+    if window.seconds:
+        checks.append(_check("timeline sent == sent", sum(s.sent for s in seconds),
+                             window.sent))
+    return checks
+
+
+def _model_check(window: StepWindow, calls: dict[str, dict[str, int | None]], model: str,
+                 reaching: dict[str, int | None], served: int) -> dict[str, Any]:
+    """The client's successes that reached `model` (directly and through ensembles) against
+    the server's success delta; an excess the failures explain is noted, not a mismatch."""
+    parts = {t: window.successes(t) * int(k or 0) for t, k in reaching.items()}
+    client = sum(parts.values())
+    name = f"{model}: client successes == server success delta"
+    direct = [t for t in parts if next(iter(calls[t])) == model]  # its own model first
+    if len(parts) > len(direct):  # some reach it through an ensemble: show the sum
+        name += " (" + " + ".join(f"{n} from {t}" for t, n in parts.items()) + ")"
+    check = _check(name, client, served)
+    if check["ok"]:
+        return check
+    may = sum(window.errors.get(t, {}).get(c, 0) for t in reaching
+              for c in SERVER_MAY_COUNT) + sum(window.cancelled[t] for t in reaching)
+    if client < served <= client + may:
+        check["ok"] = True
+        check["note"] = (f"{served - client} request(s) that failed here count as successes on "
+                         "the server (abandoned at a deadline or cancel, a reply refused, or "
+                         "the model's own error response)")
+        return check
+    bls = [t for t, per in calls.items() if ANY in per and t not in reaching]
+    if served > client and bls:
+        check["hint"] = (f"template '{bls[0]}' runs a python model, which may call {model} "
+                         f"from its code (BLS): if it does, declare composing_models: [{model}] "
+                         "on it, and this check is skipped")
+    return check
 
 
 def _reaching(calls: dict[str, dict[str, int | None]]) -> dict[str, dict[str, int | None]]:

@@ -33,7 +33,7 @@ from loadkit.plan import PhasePlan, Plan, Step
 from loadkit.run.accounting import run_failures
 from loadkit.run.drive import Drive
 from loadkit.run.results import PhaseResult, RunResult, RunStatus
-from loadkit.run.step_result import build_step_result
+from loadkit.run.step_result import StepContext, build_step_result
 from loadkit.run.timeline import Sampler
 from loadkit.scenario import Scenario, Threshold
 from loadkit.slo import check_phase, failed
@@ -290,12 +290,13 @@ class Conductor:
             run.events.add(DrainTimeout(step.key, got.in_flight))
         lost = got.workers.get("lost") if got.workers else None
         ok = completed and got.drained and not lost and after is not None
-        result = build_step_result(
-            step, got, before, after, started_at, duration, "ok" if ok else "partial",
-            run.batch_sizes, run.template_calls, run.scenario.target.shared,
-            run.composing, run.scenario.goodput is not None, run.input_tokens,
-            sampler.rows(),
-        )
+        result = build_step_result(StepContext(
+            step=step, got=got, before=before, after=after, started_at=started_at,
+            duration_s=duration, status="ok" if ok else "partial",
+            batch_sizes=run.batch_sizes, calls=run.template_calls,
+            shared=run.scenario.target.shared, composing=run.composing,
+            goodput=run.scenario.goodput is not None, input_tokens=run.input_tokens,
+            server_rows=sampler.rows()))
         pr.steps.append(result)
         if result.accounting["status"] == "mismatch":
             log.warning("step %s: accounting mismatch: %s", step.key, result.accounting["reason"])
