@@ -160,3 +160,41 @@ def wait_inside_step(out: Path, address: str | None, model: str, steps_done: int
     base = server_successes(address, model)
     wait_for(lambda: server_successes(address, model) >= base + margin, 60,
              f"{margin} requests of the next step")
+
+
+# ---- shared helpers (tests import them from here, never from another test file) ------------
+TEMPLATE_MODEL = {"dense_b1": "dense", "cnn_b4": "cnn"}  # DENSE_CNN's templates
+
+
+def assert_accounted(step: dict) -> None:
+    """Client-side successes per model == the server's success delta for that model."""
+    per_model: dict[str, int] = {}
+    for name, c in step["client"].items():
+        per_model[TEMPLATE_MODEL[name]] = per_model.get(TEMPLATE_MODEL[name], 0) + c["requests"]
+    for model, n in per_model.items():
+        assert step["server"][model]["success"] == n, (model, step["server"][model], n)
+    assert sum(per_model.values()) == step["requests"]
+    assert step["accounting"]["status"] == "ok", step["accounting"]  # the run checked it too
+    # the timeline's seconds add up to the step exactly (merged across workers too)
+    timeline = step["timeline"]
+    assert sum(r["requests"] for r in timeline) == step["requests"]
+    assert sum(sum(r["errors"].values()) for r in timeline) == sum(step["errors"].values())
+    assert [r["t"] for r in timeline] == list(range(len(timeline)))
+    assert len(timeline) >= int(step["duration_s"])
+
+
+def tokenizer_file(path: Path) -> Path:
+    """A real tokenizer.json, trained here with the tokenizers library (no downloads): word
+    pieces, so a word is often several tokens."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    corpus = ["the model serves requests under load while the scheduler batches tokens",
+              "every user in the queue and the server reports its latency throughput memory",
+              "so an engineer can compare configurations before a launch"] * 10 + [
+              "tok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8 tok9 tok0"]  # the simulator's words
+    tok.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=60,
+                                                              special_tokens=["[UNK]"]))
+    tok.save(str(path))
+    return path

@@ -8,8 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, results, wait_inside_step, write
-from test_run import assert_accounted
+from conftest import ROOT, assert_accounted, results, wait_inside_step, write
 
 SCENARIO = """
 name: dist

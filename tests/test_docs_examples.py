@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import ROOT, loadkit, results, write
+from conftest import ROOT, loadkit, results, tokenizer_file, write
 
 from loadkit.scenario import load_scenario
 
@@ -66,12 +66,10 @@ def complete(text: str) -> tuple[dict[str, Any], bool]:
 def example_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder where the files examples name exist: the shipped data/, and stand-ins for the
     user's own prompts, tokenizer and TLS files."""
-    from test_streaming import _tokenizer_file  # noqa: PLC0415
-
     d = tmp_path_factory.mktemp("examples")
     (d / "data").symlink_to(ROOT / "scenarios" / "data")
     write(d / "prompts.jsonl", '"what does the scheduler do"\n{"prompt": "serve the model"}\n')
-    _tokenizer_file(d / "tokenizer.json")
+    tokenizer_file(d / "tokenizer.json")
     for name in ("ca.pem", "client.pem", "client.key"):
         write(d / name, "")
     return d

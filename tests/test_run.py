@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from conftest import (
     ROOT,
+    assert_accounted,
     dense_cnn,
     loadkit,
     results,
@@ -25,25 +26,6 @@ from conftest import (
 )
 
 from loadkit.record import decode
-
-TEMPLATE_MODEL = {"dense_b1": "dense", "cnn_b4": "cnn"}
-
-
-def assert_accounted(step: dict) -> None:
-    """Client-side successes per model == the server's success delta for that model."""
-    per_model: dict[str, int] = {}
-    for name, c in step["client"].items():
-        per_model[TEMPLATE_MODEL[name]] = per_model.get(TEMPLATE_MODEL[name], 0) + c["requests"]
-    for model, n in per_model.items():
-        assert step["server"][model]["success"] == n, (model, step["server"][model], n)
-    assert sum(per_model.values()) == step["requests"]
-    assert step["accounting"]["status"] == "ok", step["accounting"]  # the run checked it too
-    # the timeline's seconds add up to the step exactly (merged across workers too)
-    timeline = step["timeline"]
-    assert sum(r["requests"] for r in timeline) == step["requests"]
-    assert sum(sum(r["errors"].values()) for r in timeline) == sum(step["errors"].values())
-    assert [r["t"] for r in timeline] == list(range(len(timeline)))
-    assert len(timeline) >= int(step["duration_s"])
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import loadkit, results, write
+from conftest import loadkit, results, tokenizer_file, write
 
 from loadkit.control.embedded import EmbeddedServer
 from loadkit.scenario import load_scenario
@@ -180,29 +180,12 @@ def test_a_final_flag_sent_alone_is_not_a_response_and_gates_read_the_new_metric
     assert outcomes["inter_response_p99"]["status"] == "pass", outcomes
 
 
-def _tokenizer_file(path: Path) -> Path:
-    """A real tokenizer.json, trained here with the tokenizers library (no downloads): word
-    pieces, so a word is often several tokens."""
-    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Whitespace()
-    corpus = ["the model serves requests under load while the scheduler batches tokens",
-              "every user in the queue and the server reports its latency throughput memory",
-              "so an engineer can compare configurations before a launch"] * 10 + [
-              "tok1 tok2 tok3 tok4 tok5 tok6 tok7 tok8 tok9 tok0"]  # the simulator's words
-    tok.train_from_iterator(corpus, trainers.WordPieceTrainer(vocab_size=60,
-                                                              special_tokens=["[UNK]"]))
-    tok.save(str(path))
-    return path
-
-
 @pytest.mark.fast
 def test_llm_templates_build_each_backends_inputs(tmp_path: Path) -> None:
     """vLLM: text_input + stream + sampling_parameters JSON (max_tokens) +
     exclude_input_in_output; TensorRT-LLM: max_tokens as an INT32 input. Synthetic prompts have
     the seeded lengths; with a tokenizer, exactly the drawn token count."""
-    tok_file = _tokenizer_file(tmp_path / "tokenizer.json")
+    tok_file = tokenizer_file(tmp_path / "tokenizer.json")
     scen = load_scenario(write(tmp_path / "s.yaml", f"""
 requests:
   v:
@@ -326,7 +309,7 @@ def test_a_tokenizer_counts_the_streamed_output_exactly(stream_triton, tmp_path:
     streamed (the simulator streams " tok1", " tok2", ...), not the number of responses."""
     from tokenizers import Tokenizer
 
-    tok_file = _tokenizer_file(tmp_path / "tokenizer.json")
+    tok_file = tokenizer_file(tmp_path / "tokenizer.json")
     scen = write(tmp_path / "s.yaml", f"""
 name: tok
 requests:
