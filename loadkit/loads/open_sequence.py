@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 
 from loadkit.engine.core import Engine
 from loadkit.engine.slots import Lane, Result, Slot
-from loadkit.loads.sequence import END, START, Ids, answered, id_bytes, length, payload_for
+from loadkit.loads.sequence import Ids, answered, id_bytes, length, sequence_request
 from loadkit.record import StepWindow
 from loadkit.scenario import SequenceSpec
-from loadkit.transport.call import frame
 
 
 @dataclass(eq=False)
@@ -91,12 +90,10 @@ class OpenSequences:
     def _send(self, seq: _Open, window: StepWindow | None, scheduled_ns: int) -> None:
         engine = self.engine
         i = seq.template
-        payload = payload_for(engine, i, self.lane.rng, window, seq.entry)
+        payload = sequence_request(engine, i, self.lane.rng, window, seq.entry, seq.ids,
+                                   seq.first, seq.left == 1)
         if seq.entry >= 0:
             seq.entry += 1
-        if seq.ids:
-            payload = frame(payload[5:] + seq.ids + (START if seq.first else b"") +
-                            (END if seq.left == 1 else b""))
         seq.first = False
         engine.send(seq.slot, payload, functools.partial(self._finished, seq, window,
                                                          scheduled_ns), engine.streams.streaming[i])

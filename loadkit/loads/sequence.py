@@ -122,13 +122,18 @@ class _State:
     release = drop  # the engine calls it when the lane ends
 
 
-def payload_for(engine: Engine, i: int, rng: random.Random, window: StepWindow | None,
-                entry: int) -> bytes:
-    """Template i's next request: a data set sequence's step `entry` (>= 0), else the
-    template's own order."""
+def sequence_request(engine: Engine, i: int, rng: random.Random, window: StepWindow | None,
+                     entry: int, ids: bytes, first: bool, last: bool) -> bytes:
+    """Template i's next request in a sequence (a data set sequence's step `entry` when >= 0,
+    else the template's own order), framed with its id and START / END flags (none without
+    `ids`: a plain template in a sequence mix)."""
     if entry >= 0:
-        return engine.requests.draw_at(i, entry, window)
-    return engine.draw(i, rng, window) if engine.pooled else engine.payloads[i]
+        payload = engine.requests.draw_at(i, entry, window)
+    else:
+        payload = engine.draw(i, rng, window) if engine.pooled else engine.payloads[i]
+    if not ids:
+        return payload
+    return frame(payload[5:] + ids + (START if first else b"") + (END if last else b""))
 
 
 def answered(result: Result) -> bool:
@@ -209,12 +214,10 @@ class _SequenceLane:
         window = engine.recorder.window
         if window is not None:
             window.sent += 1
-        payload = payload_for(engine, i, lane.rng, window, state.entry)
+        payload = sequence_request(engine, i, lane.rng, window, state.entry, state.ids,
+                                   state.first, state.left == 1)
         if state.entry >= 0:
             state.entry += 1
-        if state.ids:
-            payload = frame(payload[5:] + state.ids + (START if state.first else b"") +
-                            (END if state.left == 1 else b""))
         state.first = False
         engine.send(lane.slot, payload, functools.partial(self.finished, i, window),
                     engine.streams.streaming[i])
