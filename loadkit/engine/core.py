@@ -31,7 +31,7 @@ from tritonclient.grpc import service_pb2
 from loadkit.engine.eventloop import new_event_loop
 from loadkit.engine.pools import Pools
 from loadkit.engine.slots import Completion, Done, Lane, Responses, Result, Slot
-from loadkit.engine.streaming import CANCELLED_HERE, ERROR_FIELD_TAG, StreamPolicy
+from loadkit.engine.streaming import CANCELLED_HERE, ERROR_FIELD_TAG, Read, StreamPolicy
 from loadkit.record import Recorder, StepWindow
 from loadkit.scenario import TargetSpec
 from loadkit.transport.call import InferError, StreamsFull
@@ -253,7 +253,7 @@ class Engine:
             lane.slot.done = None  # a request cut off here is not counted (the user stopped)
             self._abandon(lane.slot, "CANCELLED", "the user stopped")
 
-    def send(self, slot: Slot, payload: bytes, done: Done, streaming: int = 0) -> None:
+    def send(self, slot: Slot, payload: bytes, done: Done, streaming: int = Read.PLAIN) -> None:
         """(Engine thread.) Start one request on the slot: on its own bidirectional stream
         (opened on first use, and again after a deadline, a reset or a lost connection), or
         with `unary` as one ModelInfer call. `done(Result)` runs on the loop when it ends,
@@ -264,7 +264,7 @@ class Engine:
         if streaming:
             if slot.stream is None:
                 slot.stream = Responses()
-            slot.stream.reset(max(streaming, 0), streaming == -2)
+            slot.stream.reset(max(streaming, 0), streaming == Read.KEEP)
         else:
             slot.stream = None
         self.inflight += 1

@@ -10,6 +10,7 @@ one is parsed (whether it carries outputs or is the empty end marker).
 
 from __future__ import annotations
 
+import enum
 import random
 from typing import Any
 
@@ -27,6 +28,15 @@ CANCELLED_HERE = InferError("CANCELLED", "cancelled by loadkit after its first r
                                          "(the template's cancel:)")
 
 
+class Read(enum.IntEnum):
+    """How one request's responses are read. An int for the hot path (send takes it as is);
+    a positive value N, outside the enum, means: cancel the request after N responses."""
+
+    PLAIN = 0  # a plain model: one response
+    TO_END = -1  # a decoupled model: read to its final response
+    KEEP = -2  # the same, keeping the responses for the template's tokenizer to count
+
+
 def response_kind(message: bytes) -> tuple[bool, bool]:
     """(whether the message ends its request, whether it is a response with outputs). An
     error ends it too: the engine reads the error as it does for any request."""
@@ -39,23 +49,24 @@ def response_kind(message: bytes) -> tuple[bool, bool]:
 
 
 class StreamPolicy:
-    """Per template, how a decoupled model's requests are read: `streaming[i]` is -1 for one
-    (0: a plain model's), `cancel[i]` (after N responses, share) or None, `tokenizers[i]` the
-    llm template's tokenizer (exact output tokens) or None; `goodput` limits in µs."""
+    """Per template, how a decoupled model's requests are read: `streaming[i]` is Read.TO_END
+    for one (Read.PLAIN: a plain model's), `cancel[i]` (after N responses, share) or None,
+    `tokenizers[i]` the llm template's tokenizer (exact output tokens) or None; `goodput`
+    limits in µs."""
 
     def __init__(self, names: list[str]):
         self.names = names
-        self.streaming = [0] * len(names)
+        self.streaming: list[int] = [Read.PLAIN] * len(names)
         self.cancel: list[tuple[int, float] | None] = [None] * len(names)
         self.tokenizers: list[Any] = [None] * len(names)
         self.goodput: tuple[int, int, int] | None = None  # first response, mean gap, latency
 
     def mode(self, i: int, rng: random.Random) -> int:
-        """One request's: N: cancel it after N responses; else read to its end, -2 keeping
-        its responses for the template's tokenizer to count, -1 not."""
+        """One request's Read: N > 0: cancel it after N responses (its template's `cancel:`
+        drew it); else read to its end, keeping the responses if a tokenizer counts them."""
         if (c := self.cancel[i]) is not None and rng.random() < c[1]:
             return c[0]
-        return -2 if self.tokenizers[i] is not None else -1
+        return Read.KEEP if self.tokenizers[i] is not None else Read.TO_END
 
     def tokens(self, name: str, result: Any) -> int | None:
         tok = self.tokenizers[self.names.index(name)] if result.kept is not None else None

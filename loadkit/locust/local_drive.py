@@ -22,6 +22,7 @@ import gevent
 
 from loadkit.engine.core import Engine
 from loadkit.engine.slots import Completion, Lane
+from loadkit.engine.streaming import Read
 from loadkit.loads.closed import run_closed
 from loadkit.loads.open_rate import schedule
 from loadkit.loads.sequence import end_dangling, new_ids, sequences
@@ -100,7 +101,7 @@ class LocalDrive:
             precise_timers=any(step.arrivals is not None for step in plan.steps),
         )
         streams, templates = self.engine.streams, [scenario.requests[n] for n in names]
-        streams.streaming = [-1 if t.decoupled else 0 for t in templates]
+        streams.streaming = [Read.TO_END if t.decoupled else Read.PLAIN for t in templates]
         streams.cancel = [t.cancel for t in templates]
         streams.tokenizers = [load_tokenizer(t.llm.tokenizer) if t.llm and t.llm.tokenizer
                               else None for t in templates]
