@@ -94,6 +94,8 @@ class Plan:
     sequences: bool = False  # open-loop arrivals start sequences (loads/open_sequence.py)
     # per template, inferences per request: infer/s everywhere is requests x this
     batch_sizes: dict[str, int] = field(default_factory=dict)
+    # every phase measured this many times, in interleaved rounds (run/conductor.py)
+    repeats: int = 1
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -105,13 +107,16 @@ class Plan:
 
     @property
     def estimated_s(self) -> float:
-        return sum(s.warmup_s + s.duration_s for s in self.steps)
+        return sum(s.warmup_s + s.duration_s for s in self.steps) * self.repeats
 
     def describe(self) -> str:
         lines = [
             f"plan for '{self.scenario}': {len(self.phases)} phase(s), "
             f"{len(self.steps)} step(s), about {self.estimated_s:.0f} s of load"
         ]
+        if self.repeats > 1:
+            lines.append(f"  {self.repeats} interleaved rounds: every phase in turn, then "
+                         "again in reverse order, ... (each step's numbers pool its rounds)")
         varied = len({tuple(sorted(p.mix.items())) for p in self.phases}) > 1
         for p in self.phases:
             first = p.steps[0]
@@ -170,7 +175,7 @@ def build_plan(scenario: Scenario) -> Plan:
                 tuple(_describe_template(t) for t in scenario.requests.values()
                       if t.dataset is not None or t.pool > 1),
                 any(t.sequence is not None for t in scenario.requests.values()),
-                {n: t.batch_size for n, t in scenario.requests.items()})
+                {n: t.batch_size for n, t in scenario.requests.items()}, scenario.repeats)
 
 
 def _describe_template(t: RequestTemplate) -> str:

@@ -111,6 +111,7 @@ ORDER: tuple[tuple[str, ...], ...] = (
     ("transport", "record"),
     ("control", "engine"),
     ("loads",),
+    ("stats",),
     ("slo",),
     ("search",),
     ("run",),

@@ -190,7 +190,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
         results, hists = read_run(Path(run_dir))
         runs.append((label, results, hists))
     out = Path(args.out) if args.out else None
-    print(render_comparison(runs, out, title=" vs ".join(labels)), end="")
+    md = render_comparison(runs, out, title=" vs ".join(labels))
+    print(md, end="")
+    for line in md.splitlines():  # what differs besides the configs, said on stderr too
+        if line.startswith("WARNING: "):
+            err(line)
     if out is not None:
         print(f"report: {out / 'report.html'}", file=sys.stderr)
     return EXIT_OK

@@ -85,6 +85,9 @@ def _run_options(r: argparse.ArgumentParser) -> None:
     r.add_argument("--out", help="report folder (default reports/<UTC timestamp>-<name>/)")
     r.add_argument("--seed", type=int, default=0, help="seed for the request mix (default 0)")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
+    r.add_argument("--repeats", type=int, default=0, metavar="N",
+                   help="measure every phase N times in interleaved rounds, for intervals that "
+                        "see the machine's drift (default: the scenario's repeats, else 1)")
     r.add_argument("--prometheus-port", type=int, default=0, metavar="P",
                    help="serve loadkit's live metrics for Prometheus on this port while the run "
                         "lasts (docs/observe.md)")

@@ -27,7 +27,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from loadkit.run.session import Session, default_out
     from loadkit.scenario import load_scenario
 
-    scenario = load_scenario(args.scenario)
+    scenario = with_repeats(load_scenario(args.scenario), args)
     spec = capacity_spec(args) if args.command == "capacity" else None
     tune, carried = tune_run(args, scenario) if args.command == "tune" else (None, None)
     out_dir = (Path(args.out) if args.out else Path(args.resume) if getattr(args, "resume", None)
@@ -65,6 +65,22 @@ def cmd_run(args: argparse.Namespace) -> int:
     print((out_dir / "summary.md").read_text())
     print(f"report: {out_dir}")
     return code
+
+
+def with_repeats(scenario: Any, args: argparse.Namespace) -> Any:
+    """`--repeats N` over the scenario's `repeats` (tune and capacity measure once, for now)."""
+    import dataclasses
+
+    from loadkit.errors import LoadkitError
+    from loadkit.scenario.model import MAX_REPEATS
+
+    if args.repeats and not 1 <= args.repeats <= MAX_REPEATS:
+        raise LoadkitError(f"--repeats: expected 1 to {MAX_REPEATS}; found {args.repeats}")
+    repeats = args.repeats or scenario.repeats
+    if repeats > 1 and args.command in ("tune", "capacity"):
+        raise LoadkitError(f"--repeats / repeats: {repeats}: `loadkit {args.command}` measures "
+                           "each point once for now; repeats are for `loadkit run`")
+    return dataclasses.replace(scenario, repeats=repeats)
 
 
 def new_run(session: Any, out_dir: Path, seed: int, distributed: bool, capacity: Any = None,

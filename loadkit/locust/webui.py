@@ -18,10 +18,11 @@ from flask import Blueprint, Response, jsonify, make_response, request
 
 from loadkit.plan import load_label
 from loadkit.record import latency_summary
-from loadkit.report.compare import pct_change
 from loadkit.report.units import ms
 from loadkit.run.accounting import first_message
 from loadkit.run.streaming import streaming_results
+from loadkit.stats import compare
+from loadkit.stats import text as change_text
 
 TAB_KEY = "triton"
 COLUMNS = [
@@ -108,10 +109,11 @@ def triton_rows(results: dict[str, Any], live: dict[str, Any] | None,
             label = load_label(s["load"])
             base = first.setdefault(label, s)
             delta = "reference"
-            d_t = pct_change(s["throughput"], base["throughput"])
-            d_p = pct_change(s["latency_us"]["p99"], base["latency_us"]["p99"])
-            if base is not s and d_t is not None and d_p is not None:
-                delta = f"infer/s {d_t:+.1f}%, p99 {d_p:+.1f}%"
+            if base is not s:  # each change with its interval (loadkit/stats.py)
+                conf = float(results.get("confidence", 0.95))
+                t, p = (compare(base, s, m, conf) for m in ("throughput", "p99"))
+                delta = (f"infer/s {change_text(t) if t else '-'}, "
+                         f"p99 {change_text(p) if p else '-'}")
             rows.append({
                 "phase": phase["name"], "step": s["index"] + 1, "load": label,
                 "status": _status(s), "requests": s["requests"],

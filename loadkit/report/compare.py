@@ -16,6 +16,8 @@ from hdrh.histogram import HdrHistogram
 from loadkit.plan import load_label
 from loadkit.record import decode, latency_summary, new_histogram
 from loadkit.report.units import ms
+from loadkit.stats import METRICS, compare
+from loadkit.stats import text as change_text
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Point:
     histogram: HdrHistogram | None = field(default=None, repr=False, compare=False)
     # a streaming step's first_response_us, inter_response_us, tokens/s, goodput (or {})
     streaming: dict[str, Any] = field(default_factory=dict, compare=False)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # the step
 
 
 @dataclass(frozen=True)
@@ -62,8 +65,9 @@ class Row:
     load: str
     entry: str
     point: Point
-    infer_delta_pct: float | None  # vs the reference entry at the same load
-    p99_delta_pct: float | None
+    # per metric, the change vs the reference at the same load, with its interval and verdict
+    # (loadkit/stats.py): a bare percentage is never shown
+    changes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class Comparison:
     rows: tuple[Row, ...]
     best_throughput: tuple[str, Point] | None
     best_p99: tuple[str, str, float] | None  # (entry, load, p99 us) at the heaviest common load
+    confidence: float = 0.95
+    warnings: tuple[str, ...] = ()  # runs compared that differ in target, configs or loads
 
     @property
     def measured(self) -> tuple[Entry, ...]:
@@ -87,15 +93,31 @@ class Comparison:
 
 
 def highlights(cmp: Comparison) -> list[tuple[str, str, str]]:
-    """The verdict lines as (before, phase name, after), for each renderer to emphasize."""
+    """The verdict lines as (before, phase name, after), for each renderer to emphasize: the
+    highest throughput and the lowest p99, each with its change against the reference, and
+    said to be within the noise when the interval spans 0."""
     out = []
     if cmp.best_throughput:
         label, p = cmp.best_throughput
-        out.append(("Best throughput: ", label, f", {p.infer_s:.1f} infer/s at load {p.load}."))
+        out.append(("Highest throughput: ", label, f", {p.infer_s:.1f} infer/s at load "
+                    f"{p.load}{_against(cmp, label, p.load, 'throughput')}."))
     if cmp.best_p99:
         label, load, p99 = cmp.best_p99
-        out.append((f"Best p99 at the heaviest common load ({load}): ", label, f", {ms(p99)} ms."))
+        out.append((f"Lowest p99 at the heaviest common load ({load}): ", label,
+                    f", {ms(p99)} ms{_against(cmp, label, load, 'p99')}."))
     return out
+
+
+def _against(cmp: Comparison, label: str, load: str, metric: str) -> str:
+    if label == cmp.reference:
+        return " (the reference)"
+    row = next((r for r in cmp.rows if r.entry == label and r.load == load), None)
+    c = row.changes.get(metric) if row else None
+    if c is None:
+        return ""
+    if c["verdict"] == "same":
+        return f"; not different from {cmp.reference} beyond noise: {change_text(c)}"
+    return f"; {change_text(c)} against {cmp.reference}"
 
 
 def _load_key(load: dict[str, Any]) -> tuple[float, ...]:
@@ -125,7 +147,8 @@ def merge_encoded(histograms: dict[str, str]) -> HdrHistogram:
     return total
 
 
-def _entry(label: str, phase: dict[str, Any], hists: dict[str, dict[str, str]]) -> Entry:
+def _entry(label: str, phase: dict[str, Any], hists: dict[str, dict[str, str]],
+           run: str = "") -> Entry:
     points = []
     for s in phase["steps"]:
         encoded = hists.get(str(s["index"]), {})
@@ -148,6 +171,7 @@ def _entry(label: str, phase: dict[str, Any], hists: dict[str, dict[str, str]]) 
                 compute_us=compute,
                 histogram=h if h.get_total_count() else None,
                 streaming=s.get("streaming", {}),
+                raw={**s, "run": run},
             )
         )
     return Entry(label, phase["status"], phase["reason"], phase.get("reload_s", {}), tuple(points))
@@ -166,7 +190,7 @@ def build(
     for label, results, hists in runs:
         for phase in results["phases"]:
             name = f"{label}/{phase['name']}" if label else phase["name"]
-            entries.append(_entry(name, phase, hists.get(phase["name"], {})))
+            entries.append(_entry(name, phase, hists.get(phase["name"], {}), label))
     measured = [e for e in entries if e.points]
     keys: dict[str, tuple[float, ...]] = {}
     for e in measured:
@@ -175,6 +199,7 @@ def build(
     loads = tuple(sorted(keys, key=lambda k: keys[k]))
     common = tuple(ld for ld in loads if all(e.at(ld) for e in measured))
     ref = measured[0] if measured else None
+    confidence = float(runs[0][1].get("confidence", 0.95)) if runs else 0.95
     rows = []
     for ld in loads:
         base = ref.at(ld) if ref else None
@@ -182,15 +207,14 @@ def build(
             p = e.at(ld)
             if p is None:
                 continue
+            changes = {m: c for m in METRICS if base and e is not ref and
+                       (c := compare(base.raw, p.raw, m, confidence)) is not None}
             rows.append(
                 Row(
                     ld,
                     e.label,
                     p,
-                    pct_change(p.infer_s, base.infer_s) if base and e is not ref else None,
-                    pct_change(p.latency_us["p99"], base.latency_us["p99"])
-                    if base and e is not ref
-                    else None,
+                    changes,
                 )
             )
     best_t = None
@@ -215,4 +239,42 @@ def build(
         rows=tuple(rows),
         best_throughput=best_t,
         best_p99=best_p,
+        confidence=confidence,
+        warnings=tuple(differences(runs)),
     )
+
+
+def differences(runs: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> list[str]:
+    """What differs between compared runs besides what was meant to: the target, a phase's
+    config, the loads measured. A difference there is not the config's doing."""
+    if len(runs) < 2:
+        return []
+    (ref_label, ref, _), out = runs[0], []
+    for label, other, _ in runs[1:]:
+        if other.get("target") != ref.get("target") or other.get("embedded") != ref.get(
+                "embedded"):
+            out.append(f"{label} ran against {_target(other)}, {ref_label} against "
+                       f"{_target(ref)}: a difference may be the server's, not the config's")
+        mine = {p["name"]: p for p in ref["phases"]}
+        for p in other["phases"]:
+            q = mine.get(p["name"])
+            if q is None:
+                continue
+            if p.get("config") != q.get("config"):
+                out.append(f"phase {p['name']}: the models' configs differ between {ref_label} "
+                           f"and {label}")
+            if [s["load"] for s in p["steps"]] != [s["load"] for s in q["steps"]]:
+                out.append(f"phase {p['name']}: the loads measured differ between {ref_label} "
+                           f"and {label}")
+    return out
+
+
+def _target(results: dict[str, Any]) -> str:
+    return "the embedded Triton" if results.get("embedded") else str(results.get("target"))
+
+
+def change_list(cmp: Comparison) -> list[dict[str, Any]]:
+    """The comparisons as results.json has them (`loadkit compare --out`: comparison.json)."""
+    return [{"phase": r.entry, "reference": cmp.reference, "load": r.point.raw.get("load"),
+             "metric": m, **c, "confidence": cmp.confidence}
+            for r in cmp.rows for m, c in r.changes.items()]

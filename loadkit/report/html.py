@@ -10,9 +10,10 @@ from typing import Any
 
 from loadkit.report import streaming
 from loadkit.report import tune as tune_report
-from loadkit.report.compare import Comparison, highlights, load_label
-from loadkit.report.markdown import warnings
+from loadkit.report.compare import Comparison, Row, highlights, load_label
+from loadkit.report.markdown import verdict_note, warnings
 from loadkit.report.units import ms
+from loadkit.stats import text as change_text
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -27,12 +28,13 @@ ul.warnings{color:#b3261e}
 """
 
 
-def _delta(v: float | None, higher_is_better: bool) -> str:
-    if v is None:
+def _delta(r: Row, metric: str) -> str:
+    """The change with its interval, coloured only when it is a verdict (better / worse)."""
+    c = r.changes.get(metric)
+    if c is None:
         return '<td class="muted">-</td>'
-    good = (v > 0) == higher_is_better
-    cls = "up" if good and v != 0 else ("down" if v != 0 else "")
-    return f'<td class="{cls}">{v:+.1f}%</td>'
+    cls = {"better": "up", "worse": "down"}.get(c["verdict"], "muted")
+    return f'<td class="{cls}">{escape(change_text(c))}</td>'
 
 
 def _num(v: float | None, fmt: str) -> str:
@@ -43,8 +45,9 @@ def _comparison(cmp: Comparison) -> list[str]:
     out = [
         "<h2>Phase comparison</h2>",
         f"<p>Reference: <b>{escape(cmp.reference)}</b>. Latencies in ms from HDR histograms; "
-        "avg batch, queue and compute per request from Triton's statistics; Δ versus the "
-        "reference at the same load.</p>",
+        "avg batch, queue and compute per request from Triton's statistics. "
+        f"{escape(verdict_note(cmp))}</p>",
+        *[f"<p class=warn>WARNING: {escape(w)}.</p>" for w in cmp.warnings],
         "<table><tr><th>load</th><th class=l>phase</th><th>infer/s</th><th>Δ infer/s</th>"
         "<th>p50</th><th>p99</th><th>Δ p99</th><th>p99.9</th><th>avg batch</th>"
         "<th>queue µs</th><th>compute µs</th><th>errors</th></tr>",
@@ -54,9 +57,9 @@ def _comparison(cmp: Comparison) -> list[str]:
         partial = " (partial)" if p.status != "ok" else ""
         out.append(
             f"<tr><td>{escape(r.load)}</td><td class=l>{escape(r.entry)}{partial}</td>"
-            f"<td>{p.infer_s:.1f}</td>{_delta(r.infer_delta_pct, True)}"
+            f"<td>{p.infer_s:.1f}</td>{_delta(r, 'throughput')}"
             f"<td>{ms(lat['p50'])}</td><td>{ms(lat['p99'])}</td>"
-            f"{_delta(r.p99_delta_pct, False)}<td>{ms(lat['p999'])}</td>"
+            f"{_delta(r, 'p99')}<td>{ms(lat['p999'])}</td>"
             f"<td>{_num(p.avg_batch, '.2f')}</td><td>{_num(p.queue_us, '.0f')}</td>"
             f"<td>{_num(p.compute_us, '.0f')}</td><td>{p.errors}</td></tr>"
         )

@@ -6,12 +6,51 @@ from typing import Any
 
 from loadkit.report import streaming
 from loadkit.report import tune as tune_report
-from loadkit.report.compare import Comparison, highlights, load_label, pct_change
+from loadkit.report.compare import Comparison, Row, highlights, load_label
 from loadkit.report.timeline import error_notes
 from loadkit.report.units import ms
 from loadkit.run.accounting import first_message
 from loadkit.slo import fmt_value
 from loadkit.slo import table as threshold_table
+from loadkit.stats import text as change_text
+
+
+def _pm(step: dict[str, Any], metric: str) -> str:
+    """' ±12%': the half-width of the metric's interval, relative (docs/verdicts.md)."""
+    i = (step.get("intervals") or {}).get(metric) or {}
+    if not i.get("ci") or not i.get("value"):
+        return ""
+    lo, hi = i["ci"]
+    return f" ±{(hi - lo) / 2 / i['value'] * 100:.0f}%"
+
+
+def noise_note(results: dict[str, Any]) -> list[str]:
+    """The run's own noise: how much the same phase at the same load moved between rounds
+    (the coefficient of variation of its rounds, median and largest over the steps)."""
+    spreads: dict[str, list[tuple[float, str]]] = {"throughput": [], "p99": []}
+    for p in results["phases"]:
+        for s in p["steps"]:
+            rounds = s.get("rounds") or []
+            if len(rounds) < 2:
+                continue
+            where = f"{p['name']} at {load_label(s['load'])}"
+            for metric, values in (("throughput", [r["throughput"] for r in rounds]),
+                                   ("p99", [r["latency_us"]["p99"] for r in rounds])):
+                mean = sum(values) / len(values)
+                if mean > 0:
+                    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+                    spreads[metric].append((var ** 0.5 / mean * 100, where))
+    if not spreads["throughput"]:
+        return []
+    parts = []
+    for metric, found in spreads.items():
+        found.sort()
+        median, (top, where) = found[len(found) // 2][0], found[-1]
+        parts.append(f"{metric} ±{median:.1f}% (median over steps; most ±{top:.1f}% in "
+                     f"{where})")
+    return [f"Noise: the same phase at the same load moved between its "
+            f"{results.get('repeats', 2)} interleaved rounds by " + ", ".join(parts) +
+            " (coefficient of variation). A change smaller than this is not a finding.", ""]
 
 
 def _errors(step: dict[str, Any]) -> str:
@@ -44,11 +83,13 @@ def summary_table(results: dict[str, Any]) -> str:
     out += [
         f"Target: {results['target']}{' (embedded Triton)' if results['embedded'] else ''}. "
         "Latencies in ms from HDR histograms (us resolution); infer/s counts successful "
-        "inferences (requests x batch size).",
+        "inferences (requests x batch size); ±: the half-width of its "
+        f"{results.get('confidence', 0.95):.0%} confidence interval (docs/verdicts.md).",
         "",
     ]
     if results.get("requests"):
         out += ["Requests sent: " + "; ".join(results["requests"]) + ".", ""]
+    out += noise_note(results)
     for phase in results["phases"]:
         title = f"## {phase['name']}"
         if phase["status"] != "ok":
@@ -67,9 +108,9 @@ def summary_table(results: dict[str, Any]) -> str:
             lat = s["latency_us"]
             label = load_label(s["load"]) + (" (partial)" if s["status"] != "ok" else "")
             out.append(
-                f"| {label} | {s['throughput']:.1f} | {ms(lat['p50'])} | {ms(lat['p90'])} | "
-                f"{ms(lat['p95'])} | {ms(lat['p99'])} | {ms(lat['p999'])} | {ms(lat['max'])} | "
-                f"{_errors(s)} | {_server_cell(s)} |"
+                f"| {label} | {s['throughput']:.1f}{_pm(s, 'throughput')} | {ms(lat['p50'])} | "
+                f"{ms(lat['p90'])} | {ms(lat['p95'])} | {ms(lat['p99'])}{_pm(s, 'p99')} | "
+                f"{ms(lat['p999'])} | {ms(lat['max'])} | {_errors(s)} | {_server_cell(s)} |"
             )
         out.append("")
         out += _error_notes(phase["steps"])
@@ -226,6 +267,20 @@ def _delta(v: float | None) -> str:
     return "-" if v is None else f"{v:+.1f}%"
 
 
+def change(r: Row, metric: str) -> str:
+    """A row's change in `metric` with its interval: '+105% [+96, +114]', 'same (±4%)'."""
+    c = r.changes.get(metric)
+    return "-" if c is None else change_text(c)
+
+
+def verdict_note(cmp: Comparison) -> str:
+    return (f"Δ is the change versus the reference at the same load with its "
+            f"{cmp.confidence:.0%} confidence interval, 'same (±x%)' when the interval spans "
+            "0: the difference is within the measured noise (docs/verdicts.md). Intervals come "
+            "from interleaved rounds (`repeats`) where the run had them, else from within-run "
+            "batch means, which cannot see the machine's drift between minutes.")
+
+
 def _streaming_comparison(cmp: Comparison) -> list[str]:
     """Streaming phases: TTFT, ITL and tokens/s beside the reference's at the same load."""
     rows = [r for r in cmp.rows if r.point.streaming]
@@ -233,24 +288,18 @@ def _streaming_comparison(cmp: Comparison) -> list[str]:
         return []
     out = ["Streaming: time to first response and gaps between responses (p99, ms), output "
            "tokens/s (one response = one token), goodput; Δ versus the reference at the same "
-           "load.", "",
-           "| load | phase | first resp. p99 | Δ | gap p99 | Δ | tokens/s | Δ | goodput/s |",
-           "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
-    ref = {r.load: r.point.streaming for r in rows if r.entry == cmp.reference}
+           "load, with its interval.", "",
+           "| load | phase | first resp. p99 | Δ | gap p99 | Δ | tokens/s | goodput/s |",
+           "|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        st, base = r.point.streaming, ref.get(r.load)
+        st = r.point.streaming
         first, gap = st["first_response_us"]["p99"], st["inter_response_us"]["p99"]
         tokens = st["output_tokens_per_s"]
         good = st.get("goodput")
-
-        was = (base["first_response_us"]["p99"], base["inter_response_us"]["p99"],
-               base["output_tokens_per_s"]) if base and r.entry != cmp.reference else (
-                   None, None, None)
-        d = [_delta(pct_change(now, w)) if w is not None else "-"
-             for now, w in zip((first, gap, tokens), was, strict=True)]
+        d = [change(r, "first_response_p99"), change(r, "inter_response_p99")]
         out.append(
             f"| {r.load} | {r.entry} | {ms(first)} | {d[0]} | {ms(gap)} | {d[1]} | "
-            f"{tokens:.1f} | {d[2]} | {_num(good['per_s'] if good else None, '.1f')} |")
+            f"{tokens:.1f} | {_num(good['per_s'] if good else None, '.1f')} |")
     return [*out, ""]
 
 
@@ -264,8 +313,10 @@ def comparison_table(cmp: Comparison) -> str:
             f"Reference: **{cmp.reference}**. Latencies in ms from HDR histograms (us "
             "resolution); infer/s counts successful inferences; avg batch, queue and compute "
             "(input + infer + output, per request) come from Triton's own statistics. "
-            "Δ is the change versus the reference at the same load.",
+            + verdict_note(cmp),
             "",
+            *[f"WARNING: {w}." for w in cmp.warnings],
+            *([""] if cmp.warnings else []),
             "| load | phase | infer/s | Δ infer/s | p50 | p99 | Δ p99 | p99.9 | avg batch "
             "| queue us | compute us | errors |",
             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
@@ -274,8 +325,8 @@ def comparison_table(cmp: Comparison) -> str:
             p, lat = r.point, r.point.latency_us
             phase = r.entry + (" (partial)" if p.status != "ok" else "")
             out.append(
-                f"| {r.load} | {phase} | {p.infer_s:.1f} | {_delta(r.infer_delta_pct)} | "
-                f"{ms(lat['p50'])} | {ms(lat['p99'])} | {_delta(r.p99_delta_pct)} | "
+                f"| {r.load} | {phase} | {p.infer_s:.1f} | {change(r, 'throughput')} | "
+                f"{ms(lat['p50'])} | {ms(lat['p99'])} | {change(r, 'p99')} | "
                 f"{ms(lat['p999'])} | {_num(p.avg_batch, '.2f')} | {_num(p.queue_us, '.0f')} | "
                 f"{_num(p.compute_us, '.0f')} | {p.errors} |"
             )

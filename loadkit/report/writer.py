@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from loadkit.errors import ReportError
-from loadkit.report.compare import build
+from loadkit.report.compare import build, change_list
 from loadkit.report.html import render_html
 from loadkit.report.markdown import capacity_table, comparison_table, summary_table
 from loadkit.report.plots import capacity_search, render_plots, tune_pareto
@@ -90,7 +90,9 @@ def read_run(run_dir: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 def render_comparison(
     runs: list[tuple[str, dict[str, Any], dict[str, Any]]], out_dir: Path | None, title: str = ""
 ) -> str:
-    """Write comparison.md, the plots and report.html into out_dir; return the Markdown."""
+    """Write comparison.md, comparison.json (the changes with their intervals and verdicts,
+    and what differs between the runs), the plots and report.html into out_dir; return the
+    Markdown."""
     cmp = build(runs, title)
     md = comparison_table(cmp) + "\n"
     capacity = [r["capacity"] for _, r, _ in runs if r.get("capacity")]
@@ -110,6 +112,9 @@ def render_comparison(
         for name, png in plots.items():
             atomic_write(out_dir / name, png)
         atomic_write(out_dir / "comparison.md", md)
+        atomic_write(out_dir / "comparison.json", json.dumps(
+            {"reference": cmp.reference, "confidence": cmp.confidence,
+             "warnings": list(cmp.warnings), "comparisons": change_list(cmp)}, indent=1) + "\n")
         html = render_html(cmp, [(label, r) for label, r, _ in runs], plots)
         atomic_write(out_dir / "report.html", html)
     return md

@@ -31,12 +31,14 @@ from loadkit.events import (
 )
 from loadkit.plan import PhasePlan, Plan, Step
 from loadkit.run.accounting import run_failures
-from loadkit.run.drive import Drive
-from loadkit.run.results import PhaseResult, RunResult, RunStatus
+from loadkit.run.drive import Collected, Drive
+from loadkit.run.results import PhaseResult, RunResult, RunStatus, StepResult
+from loadkit.run.rounds import Pool
 from loadkit.run.step_result import StepContext, build_step_result
 from loadkit.run.timeline import Sampler
 from loadkit.scenario import Scenario, Threshold
 from loadkit.slo import check_phase, failed
+from loadkit.stats import across_rounds, comparisons, within_run
 
 
 class Hub(Protocol):
@@ -80,6 +82,9 @@ class Conductor:
         self.greenlet: gevent.Greenlet | None = None
         self._sampler: Sampler | None = None
         self.phase: PhasePlan | None = None  # the phase being walked
+        self.round = 0  # `repeats`: which round of the phases
+        self._results: dict[int, PhaseResult] = {}  # phase index -> its (pooled) result
+        self._pools: dict[str, Pool] = {}  # step key -> its rounds so far
         self.title = ""  # what the progress line calls it ('' : the phase's name)
 
     def start(self) -> None:
@@ -131,10 +136,15 @@ class Conductor:
                 self.finished.set()
 
     def _walk_plan(self) -> None:
-        """The plan's phases in order (run/tune.py proposes its trials as it goes)."""
-        for phase in self.run.plan.phases:
-            if self.aborted or self._run_phase(phase) is None:
-                break
+        """The plan's phases in order (run/tune.py proposes its trials as it goes); with
+        `repeats: N`, N rounds, every other one in reverse order (A B C, C B A, A B C): a
+        drift that grows through the run then falls on every phase alike (docs/verdicts.md)."""
+        phases = self.run.plan.phases
+        for r in range(self.run.plan.repeats):
+            self.round = r
+            for phase in phases if r % 2 == 0 else tuple(reversed(phases)):
+                if self.aborted or self._run_phase(phase) is None:
+                    return
 
     def _run_phase(self, phase: PhasePlan) -> PhaseResult | None:
         """Apply the phase's configs and walk its steps; None when no load can be sent."""
@@ -143,9 +153,11 @@ class Conductor:
         if missing:  # e.g. every worker was refused: no config swap for nothing
             self.abort(f"{missing}; stopped before phase {phase.name}", 1, "aborted")
             return None
-        pr = PhaseResult(phase.name)
+        pr = self._results.get(phase.index)
+        if pr is None:
+            pr = self._results[phase.index] = PhaseResult(phase.name)
+            run.result.phases.append(pr)
         self.phase = phase
-        run.result.phases.append(pr)
         self._set_stage("configuring", 0)
         outcome = run.controller.apply_phase(phase)
         pr.status, pr.reason = outcome.status, outcome.reason
@@ -179,6 +191,7 @@ class Conductor:
         for failure in failures:
             run.events.add(RestoreFailed(**failure))
         self._judge()
+        run.result.comparisons = comparisons(run.result.to_json(), run.scenario.confidence)
         run.result.finished_at = utcnow()
         run.save(final=True)
 
@@ -290,19 +303,52 @@ class Conductor:
             run.events.add(DrainTimeout(step.key, got.in_flight))
         lost = got.workers.get("lost") if got.workers else None
         ok = completed and got.drained and not lost and after is not None
-        result = build_step_result(StepContext(
-            step=step, got=got, before=before, after=after, started_at=started_at,
-            duration_s=duration, status="ok" if ok else "partial",
-            batch_sizes=run.batch_sizes, calls=run.template_calls,
-            shared=run.scenario.target.shared, composing=run.composing,
-            goodput=run.scenario.goodput is not None, input_tokens=run.input_tokens,
-            server_rows=sampler.rows()))
-        pr.steps.append(result)
+        result = self._result(step, got, before, after, started_at, duration,
+                              "ok" if ok else "partial", sampler.rows())
+        done = [i for i, s in enumerate(pr.steps) if s.index == step.index]
+        if done:
+            pr.steps[done[0]] = result  # the rounds so far, pooled
+        else:
+            pr.steps.append(result)
         if result.accounting["status"] == "mismatch":
             log.warning("step %s: accounting mismatch: %s", step.key, result.accounting["reason"])
             run.events.add(AccountingMismatch(step.key, result.accounting["reason"]))
         if self.lost_at:
             self._await_server(step)
+
+    def _result(self, step: Step, got: Collected, before: Snapshot | None,
+                after: Snapshot | None, started_at: str, duration: float, status: str,
+                rows: dict[int, dict[str, Any]]) -> StepResult:
+        """The step's result: this round's, or every round so far pooled (run/rounds.py),
+        with each metric's interval (loadkit/stats.py)."""
+        run = self.run
+        confidence = run.scenario.confidence
+        base: dict[str, Any] = dict(
+            step=step, batch_sizes=run.batch_sizes, calls=run.template_calls,
+            shared=run.scenario.target.shared, composing=run.composing,
+            goodput=run.scenario.goodput is not None, input_tokens=run.input_tokens)
+        one = build_step_result(StepContext(**base, got=got, before=before, after=after,
+                                            started_at=started_at, duration_s=duration,
+                                            status=status, server_rows=rows))
+        values = {"throughput": one.throughput, **one.latency_us}
+        one.intervals = within_run(got.window.seconds, duration, run.batch_sizes, values,
+                                   confidence)
+        if run.plan.repeats == 1:
+            return one
+        pool = self._pools.setdefault(step.key, Pool(step))
+        pool.add(got, before, after, duration, rows, started_at)
+        pool.keep(one)
+        if len(pool.rounds) == 1:
+            return one
+        b, a = pool.snapshots()
+        statuses = {r["status"] for r in pool.rounds}
+        pooled = build_step_result(StepContext(
+            **base, got=pool.collected(got.in_flight), before=b, after=a,
+            started_at=pool.started_at, duration_s=pool.duration_s,
+            status="ok" if statuses == {"ok"} else "partial", server_rows=pool.server_rows))
+        pooled.rounds = list(pool.rounds)
+        pooled.intervals = across_rounds(pool.rounds, pooled.to_json(), confidence)
+        return pooled
 
     def _await_server(self, step: Step) -> None:
         """The server could not be reached: wait for it as the scenario says, then go on (it

@@ -58,6 +58,10 @@ class StepResult:
     streaming: dict[str, Any] = field(default_factory=dict)
     # One row per second of the window (run/timeline.py): client and server side.
     timeline: list[dict[str, Any]] = field(default_factory=list)
+    # `repeats: N`: each round's own numbers (the step's are the rounds pooled: run/rounds.py)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    # per metric, the value with its confidence interval and how it was had (loadkit/stats.py)
+    intervals: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -71,6 +75,8 @@ class StepResult:
             out.pop("server_unavailable")
         if not self.streaming:
             out.pop("streaming")
+        if not self.rounds:
+            out.pop("rounds")
         return out
 
 
@@ -111,6 +117,11 @@ class RunResult:
     tune: dict[str, Any] = field(default_factory=dict)  # `loadkit tune` only
     # what each template with several distinct requests sends (plan.Plan.requests)
     requests: list[str] = field(default_factory=list)
+    # `repeats: N` and `confidence`: how each step was measured and judged (loadkit/stats.py)
+    repeats: int = 1
+    confidence: float = 0.95
+    # every phase against the reference phase, per load and metric, with its interval
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
     # `loadkit tune --resume`: the earlier run's phases (JSON) and histograms, kept in front
     carried_phases: list[dict[str, Any]] = field(default_factory=list)
     carried_histograms: dict[str, Any] = field(default_factory=dict)
@@ -132,6 +143,8 @@ class RunResult:
         }
         if self.requests:
             out["requests"] = self.requests
+        out["repeats"], out["confidence"] = self.repeats, self.confidence
+        out["comparisons"] = self.comparisons
         if self.capacity:
             out["capacity"] = self.capacity
         if self.tune:

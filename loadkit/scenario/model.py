@@ -32,6 +32,7 @@ ORDERS = ("sequential", "random")
 DATASET_MAX_BYTES = 512 << 20
 MAX_POOL = 1_000_000
 MAX_CONCURRENCY = 10_000
+MAX_REPEATS = 50
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -320,6 +321,10 @@ class Scenario:
     source: Source = field(repr=False, compare=False)
     goodput: Goodput | None = None
     tune: TuneSpec | None = None  # `loadkit tune`'s search (scenario/tune.py)
+    # every phase measured `repeats` times in interleaved rounds; intervals and verdicts at
+    # `confidence` (loadkit/stats.py, docs/verdicts.md)
+    repeats: int = 1
+    confidence: float = 0.95
 
     @property
     def models(self) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ from loadkit.errors import ScenarioError
 from loadkit.scenario.checks import Checker, found
 from loadkit.scenario.llm import with_cancel
 from loadkit.scenario.model import (
+    MAX_REPEATS,
     ConcurrencyLoad,
     Goodput,
     PhaseSpec,
@@ -26,7 +27,7 @@ from loadkit.scenario.tune import parse_tune
 
 TOP_KEYS = (
     "name", "description", "target", "requests", "mix", "think_time", "thresholds", "phases",
-    "goodput", "tune",
+    "goodput", "tune", "repeats", "confidence",
 )
 
 
@@ -90,7 +91,26 @@ def load_scenario(path: str | Path) -> Scenario:
     goodput = _goodput(ck, top["goodput"]) if "goodput" in top else None
     if ck.problems:
         raise ScenarioError(ck.problems)
-    return Scenario(name, path, target, requests, mix, think or 0.0, phases, src, goodput, tune)
+    repeats = (ck.integer(top["repeats"], ("repeats",), 1, MAX_REPEATS) or 1
+               if "repeats" in top else 1)
+    confidence = _confidence(ck, top["confidence"]) if "confidence" in top else 0.95
+    return Scenario(name, path, target, requests, mix, think or 0.0, phases, src, goodput, tune,
+                    repeats, confidence)
+
+
+def _confidence(ck: Checker, raw: Any) -> float:
+    """`confidence: 95%` (or 0.95): the level of every interval and verdict."""
+    value = raw
+    if isinstance(raw, str) and raw.strip().endswith("%"):
+        try:
+            value = float(raw.strip()[:-1]) / 100
+        except ValueError:
+            value = raw
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.5 <= value < 1:
+        ck.add(("confidence",), f"expected a confidence level from 50% to 99.99% such as "
+                                f"95% or 0.95; found {raw!r}")
+        return 0.95
+    return float(value)
 
 
 def _goodput(ck: Checker, raw: Any) -> Goodput | None:

@@ -1,0 +1,108 @@
+"""`repeats: N`: one step measured in N interleaved rounds, pooled. The pooled step is built as
+any step is (run/step_result.py), from the rounds' windows merged sample for sample (their
+seconds laid end to end) and the server's counter deltas summed, so every invariant the run
+checks (client == server per model, the timeline adds up) holds for the pool as for a round.
+Each round's own numbers stay in `rounds`: the intervals and verdicts are made from them."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from loadkit.control.client import ModelCounters
+from loadkit.control.controller import Snapshot
+from loadkit.control.metrics import MetricsSnapshot
+from loadkit.plan import Step
+from loadkit.record import StepWindow
+from loadkit.run.drive import Collected
+from loadkit.run.results import StepResult
+
+ROUND_KEYS = ("started_at", "duration_s", "status", "requests", "throughput",
+              "requests_per_s", "latency_us")
+
+
+def _combine(a: ModelCounters, b: ModelCounters, sign: int) -> ModelCounters:
+    """a + b (sign 1) or a - b (sign -1), field by field."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(ModelCounters):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        out[f.name] = ({k: x.get(k, 0) + sign * y.get(k, 0) for k in {*x, *y}}
+                       if isinstance(x, dict) else x + sign * y)
+    return ModelCounters(**out)
+
+
+@dataclass
+class Pool:
+    """The rounds of one step so far."""
+
+    step: Step
+    window: StepWindow | None = None
+    counters: dict[str, ModelCounters] = field(default_factory=dict)  # deltas, summed
+    metrics: MetricsSnapshot = field(default_factory=MetricsSnapshot)
+    unavailable: dict[str, str] = field(default_factory=dict)
+    duration_s: float = 0.0
+    cpu_s: float = 0.0
+    rss_bytes: int = 0
+    drained: bool = True
+    server_rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    rounds: list[dict[str, Any]] = field(default_factory=list)
+    workers: dict[str, Any] = field(default_factory=dict)
+    started_at: str = ""
+    unread: bool = False  # some round's server statistics could not be read
+    _offset: int = 0  # where the next round's seconds go in the merged window
+
+    def add(self, got: Collected, before: Snapshot | None, after: Snapshot | None,
+            duration_s: float, server_rows: dict[int, dict[str, Any]], started_at: str) -> None:
+        """One more round of the step."""
+        self.started_at = self.started_at or started_at
+        wire = got.window.to_wire()
+        seconds = {int(i): s for i, s in wire["seconds"].items()}
+        wire["seconds"] = {str(i + self._offset): s for i, s in seconds.items()}
+        if self.window is None:
+            self.window = StepWindow(self.step)
+        self.window.add_wire(wire)
+        self.server_rows.update({i + self._offset: r for i, r in server_rows.items()})
+        self._offset += max([*seconds, *server_rows, int(duration_s)], default=0) + 1
+        self.duration_s += duration_s
+        self.cpu_s += got.cpu_s
+        self.rss_bytes = max(self.rss_bytes, got.rss_bytes)
+        self.drained = self.drained and got.drained
+        self.workers = got.workers or self.workers
+        if before is None or after is None:
+            self.unread = True  # the sums would miss a round: the pool has no server side
+            return
+        self.unavailable.update({**before.unavailable, **after.unavailable})
+        for m, c in after.counters.items():
+            if m in before.counters:
+                delta = _combine(c, before.counters[m], -1)
+                self.counters[m] = _combine(self.counters.get(m, ModelCounters()), delta, 1)
+        for key, value in after.metrics.counters.items():
+            delta = value - before.metrics.counters.get(key, 0.0)
+            self.metrics.counters[key] = self.metrics.counters.get(key, 0.0) + max(delta, 0.0)
+        self.metrics.gauges = dict(after.metrics.gauges)
+        self.metrics.error = after.metrics.error or before.metrics.error
+
+    def collected(self, in_flight: int) -> Collected:
+        assert self.window is not None
+        return Collected(self.window, self.drained, self.cpu_s, self.rss_bytes, in_flight,
+                         self.workers)
+
+    def snapshots(self) -> tuple[Snapshot | None, Snapshot | None]:
+        """(zero, the sums): the pair build_step_result diffs into the pooled server side;
+        (None, None) when a round's statistics could not be read."""
+        if self.unread:
+            return None, None
+        zero = {m: ModelCounters() for m in self.counters}
+        return (Snapshot(zero, MetricsSnapshot(error=self.metrics.error)),
+                Snapshot(dict(self.counters), self.metrics, dict(self.unavailable)))
+
+    def keep(self, result: StepResult) -> None:
+        """A round's own numbers, for its intervals and the verdicts."""
+        r = result.to_json()
+        entry = {"round": len(self.rounds) + 1, **{k: r[k] for k in ROUND_KEYS},
+                 "accounting": r["accounting"]["status"]}
+        if r.get("streaming"):
+            entry["streaming"] = {k: r["streaming"][k] for k in
+                                  ("first_response_us", "inter_response_us")}
+        self.rounds.append(entry)
