@@ -89,11 +89,11 @@ def load_scenario(path: str | Path) -> Scenario:
         )
     _check_sequences(ck, requests, phases)
     goodput = _goodput(ck, top["goodput"]) if "goodput" in top else None
-    if ck.problems:
-        raise ScenarioError(ck.problems)
     repeats = (ck.integer(top["repeats"], ("repeats",), 1, MAX_REPEATS) or 1
                if "repeats" in top else 1)
     confidence = _confidence(ck, top["confidence"]) if "confidence" in top else 0.95
+    if ck.problems:
+        raise ScenarioError(ck.problems)
     return Scenario(name, path, target, requests, mix, think or 0.0, phases, src, goodput, tune,
                     repeats, confidence)
 

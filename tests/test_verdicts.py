@@ -1,0 +1,191 @@
+"""Verdicts that survive the noise: the statistics on their own (fast), then interleaved rounds
+on the real embedded Triton: an A/A pair must be `same`, an A/B pair with a 4x change must be
+`better`, every request still accounted for in the pooled steps."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+from conftest import loadkit, results, write
+from scipy import stats as sps
+
+from loadkit.plan import Step
+from loadkit.record import Second, StepWindow
+from loadkit.stats import compare, comparisons, t_interval, text, verdict, within_run
+
+
+def _step(throughput: float, p99: float, rounds: list[tuple[float, float]] | None = None,
+          se: float | None = None) -> dict:
+    s = {"load": {"concurrency": 4}, "throughput": throughput,
+         "latency_us": {"p50": p99 / 4, "p90": p99 / 2, "p99": p99}}
+    if rounds:
+        s["rounds"] = [{"throughput": t, "latency_us": {"p50": p / 4, "p90": p / 2, "p99": p}}
+                       for t, p in rounds]
+    if se is not None:
+        s["intervals"] = {m: {"value": v, "se": se * v, "df": 9}
+                          for m, v in (("throughput", throughput), ("p99", p99))}
+    return s
+
+
+@pytest.mark.fast
+def test_t_interval_is_students() -> None:
+    xs = [10.0, 12.0, 11.0, 13.0]
+    ti = t_interval(xs, 0.95)
+    assert ti is not None and ti["df"] == 3
+    lo, hi = sps.t.interval(0.95, 3, loc=11.5, scale=sps.sem(xs))
+    assert math.isclose(ti["mean"] - ti["half"], lo) and math.isclose(ti["mean"] + ti["half"], hi)
+    assert t_interval([1.0], 0.95) is None
+
+
+@pytest.mark.fast
+def test_verdict_direction_by_metric() -> None:
+    assert verdict("throughput", [5.0, 9.0]) == "better"
+    assert verdict("throughput", [-9.0, -5.0]) == "worse"
+    assert verdict("p99", [-9.0, -5.0]) == "better"  # lower latency is better
+    assert verdict("p99", [-3.0, 2.0]) == "same"
+    assert verdict("p99", None) == "unknown"
+
+
+@pytest.mark.fast
+def test_paired_rounds_see_through_a_drift_that_unpaired_numbers_would_not() -> None:
+    """The machine slows 30% over the run; B is 10% faster than A in every round. Paired per
+    round, B is `better` with a tight interval; A against an identical A is `same`."""
+    drift = [1.0, 0.85, 0.7]
+    a = _step(1000 * sum(drift) / 3, 10_000, [(1000 * d, 10_000 / d) for d in drift])
+    b = _step(1100 * sum(drift) / 3, 9_000, [(1100 * d, 9_000 / d) for d in drift])
+    c = compare(a, b, "throughput", 0.95)
+    assert c is not None and c["verdict"] == "better" and c["delta_pct"] == 10.0
+    assert c["ci_pct"][0] > 9 and c["ci_pct"][1] < 11, c
+    assert compare(a, b, "p99", 0.95)["verdict"] == "better"
+    again = _step(a["throughput"], 10_000, [(1000 * d * (1.01 if i % 2 else 0.99), 10_000 / d)
+                                            for i, d in enumerate(drift)])
+    assert compare(a, again, "throughput", 0.95)["verdict"] == "same"
+    assert text(compare(a, b, "throughput", 0.95)).startswith("+10.0% [+")
+    assert text(compare(a, again, "throughput", 0.95)).startswith("same (±")
+
+
+@pytest.mark.fast
+def test_without_rounds_the_steps_own_intervals_are_combined() -> None:
+    a, b = _step(1000, 10_000, se=0.02), _step(1500, 10_000, se=0.02)
+    c = compare(a, b, "throughput", 0.95)
+    assert c["verdict"] == "better" and "delta method" in c["method"]
+    assert compare(a, _step(1010, 10_000, se=0.02), "throughput", 0.95)["verdict"] == "same"
+    assert compare(a, _step(1500, 10_000), "throughput", 0.95)["verdict"] == "unknown"
+
+
+@pytest.mark.fast
+def test_within_run_batch_means() -> None:
+    """Per-second buckets grouped into contiguous batches: an interval that holds the step's
+    own value and widens with the seconds' spread."""
+    rng = random.Random(1)
+    window = StepWindow(Step(0, "p", 0, 1, 0.0, 10.0))
+    for i in range(10):
+        sec = window.seconds.setdefault(i, Second())
+        n = 1000 + rng.randint(-50, 50)
+        sec.ok["t"] = n
+        for _ in range(20):
+            sec.hist.record_value(rng.randint(900, 1100))
+    got = within_run(window.seconds, 10.0, {"t": 1}, {"throughput": 1000.0, "p99": 1090.0},
+                     0.95)
+    lo, hi = got["throughput"]["ci"]
+    assert lo < 1000 < hi and hi - lo < 100, got["throughput"]
+    assert "10 batches of 1 s" in got["throughput"]["method"]
+    short = within_run(window.seconds, 1.5, {"t": 1}, {"throughput": 1000.0}, 0.95)
+    assert short["throughput"]["ci"] is None and "too few" in short["throughput"]["method"]
+
+
+@pytest.mark.fast
+def test_comparisons_list_every_phase_load_and_metric_against_the_reference() -> None:
+    res = {"phases": [{"name": "base", "steps": [_step(1000, 10_000, se=0.01)]},
+                      {"name": "batched", "steps": [_step(2000, 8_000, se=0.01)]}]}
+    out = comparisons(res, 0.9)
+    assert {(c["phase"], c["reference"], c["metric"]) for c in out} >= {
+        ("batched", "base", "throughput"), ("batched", "base", "p99")}
+    thr = next(c for c in out if c["metric"] == "throughput")
+    assert thr["verdict"] == "better" and thr["confidence"] == 0.9
+    assert set(thr) >= {"phase", "reference", "load", "metric", "delta_pct", "ci_pct",
+                        "confidence", "verdict"}
+
+
+AB = """
+name: verdicts
+repeats: 3
+confidence: {confidence}
+requests:
+  d: {{model: dense, inputs: {{INPUT0: {{dtype: FP32, shape: [256]}}}}}}
+phases:
+  - name: a
+    load: {{concurrency: 4, step_duration: 1.5s, warmup: 0.3s}}
+    config: {{dense: {{parameters: {{device_us: "2000"}}}}}}
+  - name: {second}
+    load: {{concurrency: 4, step_duration: 1.5s, warmup: 0.3s}}
+    config: {{dense: {{parameters: {{device_us: "{device_us}"}}}}}}
+"""
+
+
+def _verdicts(triton, tmp_path: Path, second: str, device_us: int, confidence: str) -> dict:
+    out = tmp_path / second
+    proc = loadkit("run", str(write(tmp_path / f"{second}.yaml", AB.format(
+        second=second, device_us=device_us, confidence=confidence))), "--target",
+        triton.grpc_address, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    data = results(out)
+    for p in data["phases"]:
+        (step,) = p["steps"]
+        assert step["accounting"]["status"] == "ok", step["accounting"]
+        assert len(step["rounds"]) == 3 and all(r["accounting"] == "ok" for r in step["rounds"])
+        # the pooled step is the rounds': requests add up, throughput is their pooled rate
+        assert step["requests"] == sum(r["requests"] for r in step["rounds"])
+        assert step["intervals"]["throughput"]["method"] == "across 3 interleaved rounds"
+    return data
+
+
+def test_an_aa_pair_is_same_and_an_ab_pair_is_better(triton, tmp_path: Path) -> None:
+    """device_us 2000 against itself: `same` (at 99.9%, so that a false alarm is ~1 in 1000
+    runs); against 500 (one execute a quarter as long: ~4x the throughput at 4 in flight,
+    dense does not batch here): `better` for throughput and p50 at 95%."""
+    aa = _verdicts(triton, tmp_path, "a-again", 2000, "99.9%")
+    by = {c["metric"]: c for c in aa["comparisons"]}
+    assert by["throughput"]["verdict"] == "same", by["throughput"]
+    assert by["p99"]["verdict"] == "same", by["p99"]
+    assert "Noise: the same phase" in (tmp_path / "a-again" / "summary.md").read_text()
+    ab = _verdicts(triton, tmp_path, "faster", 500, "95%")
+    by = {c["metric"]: c for c in ab["comparisons"]}
+    assert by["throughput"]["verdict"] == "better" and by["throughput"]["ci_pct"][0] > 50, by
+    assert by["p50"]["verdict"] == "better", by["p50"]
+    assert by["p99"]["verdict"] != "worse", by["p99"]  # 1.5 s rounds: the tail may not tell
+    md = (tmp_path / "faster" / "comparison.md").read_text()
+    assert "| 4 | faster |" in md and "% [+" in md
+    # loadkit compare of two runs: never paired across runs (their rounds were not
+    # interleaved with each other)
+    out = tmp_path / "cmp"
+    proc = loadkit("compare", str(tmp_path / "a-again"), str(tmp_path / "faster"), "--out",
+                   str(out))
+    assert proc.returncode == 0, proc.stderr
+    saved = json.loads((out / "comparison.json").read_text())
+    assert saved["reference"] == "a-again/a" and saved["warnings"] == []
+    faster = [c for c in saved["comparisons"] if c["phase"] == "faster/faster"]
+    assert faster and all("delta method" in c["method"] for c in faster), faster
+    assert next(c for c in faster if c["metric"] == "throughput")["verdict"] == "better"
+
+
+@pytest.mark.fast
+def test_compare_warns_when_targets_configs_or_loads_differ() -> None:
+    from loadkit.report.compare import differences
+
+    def run(target: str, embedded: bool, config: dict, loads: list[int]) -> dict:
+        return {"target": target, "embedded": embedded, "phases": [
+            {"name": "base", "config": config,
+             "steps": [{"load": {"concurrency": c}} for c in loads]}]}
+
+    a = run("127.0.0.1:8001", True, {"dense": {"max_batch_size": 8}}, [4, 8])
+    b = run("127.0.0.1:9001", False, {"dense": {"max_batch_size": 16}}, [4])
+    found = differences([("A", a, {}), ("B", b, {})])
+    assert len(found) == 3, found
+    assert "B ran against 127.0.0.1:9001, A against the embedded Triton" in found[0]
+    assert "configs differ" in found[1] and "loads measured differ" in found[2]
+    assert differences([("A", a, {}), ("B", a, {})]) == []
