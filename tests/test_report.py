@@ -30,6 +30,8 @@ def _step(index: int, conc: int, infer_s: float, p99: float, batch: float) -> di
         "server": {"m": {"success": 100, "exec_count": execs, "inference_count": 100,
                          "queue_us": 10.0, "compute_input_us": 1.0, "compute_infer_us": 50.0,
                          "compute_output_us": 1.0, "batch_executions": {}}},
+        "intervals": {m: {"value": v, "se": 0.02 * v, "df": 9}
+                      for m, v in (("throughput", infer_s), ("p99", p99))},
     }
 
 
@@ -50,11 +52,13 @@ def test_build_deltas_best_phases_and_not_measured() -> None:
     cmp = build([("", run, {})])
     assert cmp.reference == "base" and cmp.loads == ("2", "8") and cmp.common == ("2", "8")
     row = next(r for r in cmp.rows if r.entry == "batch" and r.load == "8")
-    assert row.infer_delta_pct == 150.0 and row.p99_delta_pct == -50.0
+    assert row.changes["throughput"]["delta_pct"] == 150.0
+    assert row.changes["p99"]["delta_pct"] == -50.0
+    assert row.changes["throughput"]["verdict"] == row.changes["p99"]["verdict"] == "better"
     assert row.point.avg_batch == 4.0 and row.point.compute_us == 52.0
     assert cmp.best_throughput[0] == "batch" and cmp.best_p99[:2] == ("batch", "8")
     md = comparison_table(cmp)
-    assert "| 8 | batch | 500.0 | +150.0% |" in md
+    assert "| 8 | batch | 500.0 | +150.0% [+" in md  # never a bare percentage
     assert "- gpu: skipped: skipped: no GPU" in md
 
 
@@ -118,7 +122,8 @@ def test_ctrl_c_mid_phase_restores_and_report_rerenders_identically(
     assert proc3.returncode == 0, proc3.stderr
     md3 = (cmp_dir / "comparison.md").read_text()
     assert "Reference: **A/baseline**" in md3
-    assert "| 8 | B/baseline |" in md3 and "+0.0%" in md3
+    assert "| 8 | B/baseline |" in md3
+    assert "+0.0% (no interval)" in md3  # 1.5 s steps: too short for a within-run interval
     assert (cmp_dir / "report.html").exists()
 
 
