@@ -9,7 +9,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from loadkit.scenario import RateLoad, RequestTemplate, Requirements, Scenario, Thresholds
+from loadkit.scenario import (
+    RateLoad,
+    RequestTemplate,
+    Requirements,
+    Scenario,
+    Stability,
+    Thresholds,
+)
 
 
 def load_label(load: dict[str, Any]) -> str:
@@ -49,6 +56,8 @@ class Step:
     warmup_s: float
     duration_s: float
     arrivals: Arrivals | None = None
+    # until_stable: extend the window, one duration_s at a time (run/stability.py)
+    stable: Stability | None = None
 
     @property
     def key(self) -> str:
@@ -161,12 +170,13 @@ def build_plan(scenario: Scenario) -> Plan:
                         r, load.arrival, load.seed + j, load.max_concurrency,
                         load.late_tolerance_s,
                     ),
+                    load.stable,
                 )
                 for j, r in enumerate(load.levels)
             )
         else:
             steps = tuple(
-                Step(i, ph.name, j, c, load.warmup_s, load.step_duration_s)
+                Step(i, ph.name, j, c, load.warmup_s, load.step_duration_s, None, load.stable)
                 for j, c in enumerate(load.levels)
             )
         phases.append(PhasePlan(i, ph.name, steps, ph.config, ph.requires, ph.thresholds,

@@ -189,3 +189,49 @@ def test_compare_warns_when_targets_configs_or_loads_differ() -> None:
     assert "B ran against 127.0.0.1:9001, A against the embedded Triton" in found[0]
     assert "configs differ" in found[1] and "loads measured differ" in found[2]
     assert differences([("A", a, {}), ("B", a, {})]) == []
+
+
+@pytest.mark.fast
+def test_stability_is_perf_analyzers_rule() -> None:
+    from loadkit.run.stability import stable
+    from loadkit.scenario import Stability
+
+    spec = Stability(0.05, 3, 60)
+    w = [{"throughput": t, "p99_us": 1000.0} for t in (500, 1000, 1020, 990)]
+    assert stable(w, spec)  # the last three within 5% of their mean
+    assert not stable(w[:3], spec)
+    assert not stable([*w, {"throughput": 1000, "p99_us": 1300.0}], spec)  # p99 moved
+
+
+STABLE = """
+name: stable
+requests:
+  d: {{model: dense, inputs: {{INPUT0: {{dtype: FP32, shape: [256]}}}}}}
+phases:
+  - name: x
+    load: {{concurrency: 1, step_duration: 1s, warmup: 0.2s,
+            until_stable: {{within: {within}, windows: 3, max: {max}}}}}
+    config: {{dense: {{parameters: {{device_us: "3000"}}}}}}
+"""
+
+
+def test_until_stable_extends_a_step_until_its_windows_agree(triton, tmp_path: Path) -> None:
+    """A device-bound model at concurrency 1 agrees with itself within 50% after three 1 s
+    windows; within 0.01% it never does, and the step says so at its maximum. Either way the
+    whole window is reported, every request accounted for."""
+    runs = {}
+    for name, within, most in (("loose", "50%", "12s"), ("tight", "0.01%", "4s")):
+        out = tmp_path / name
+        proc = loadkit("run", str(write(tmp_path / f"{name}.yaml", STABLE.format(
+            within=within, max=most))), "--target", triton.grpc_address, "--out", str(out),
+            "--quiet")
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        (runs[name],) = results(out)["phases"][0]["steps"]
+    loose, tight = runs["loose"]["stability"], runs["tight"]["stability"]
+    assert loose["stable"] and 3 <= len(loose["window_values"]) < 12, loose
+    assert loose["measured_s"] < 11 and "agreed within 50%" in loose["reason"]
+    assert not tight["stable"] and "not stable within 4 s" in tight["reason"], tight
+    assert 2.9 < tight["measured_s"] < 5, tight  # a window starts only if it fits in max
+    for step in runs.values():
+        assert step["accounting"]["status"] == "ok", step["accounting"]
+        assert step["duration_s"] >= 3

@@ -30,13 +30,14 @@ from loadkit.events import (
     ThresholdAbort,
 )
 from loadkit.plan import PhasePlan, Plan, Step
+from loadkit.run import stability
 from loadkit.run.accounting import run_failures
 from loadkit.run.drive import Collected, Drive
 from loadkit.run.results import PhaseResult, RunResult, RunStatus, StepResult
 from loadkit.run.rounds import Pool
 from loadkit.run.step_result import StepContext, build_step_result
 from loadkit.run.timeline import Sampler
-from loadkit.scenario import Scenario, Threshold
+from loadkit.scenario import Scenario, Stability, Threshold
 from loadkit.slo import check_phase, failed
 from loadkit.stats import across_rounds, comparisons, within_run
 
@@ -254,6 +255,24 @@ class Conductor:
                 self._sampler.tick()
         return True
 
+    def _watch_stable(self, step: Step, spec: Stability) -> tuple[bool, dict[str, Any]]:
+        """Watch window after window until the last ones agree or the maximum is reached
+        (run/stability.py); (whether the whole time passed, the `stability` section)."""
+        t0 = time.monotonic()
+        values: list[dict[str, float]] = []
+        became = False
+        while time.monotonic() - t0 + step.duration_s <= spec.max_s + 1e-9:
+            if not self._watch(step.duration_s):
+                return False, stability.report(spec, values, False, time.monotonic() - t0)
+            window = self.run.drive.live_window()
+            if window is not None:
+                values = stability.window_values(window, step.duration_s,
+                                                 time.monotonic() - t0, self.run.batch_sizes)
+            if stability.stable(values, spec):
+                became = True
+                break
+        return True, stability.report(spec, values, became, time.monotonic() - t0)
+
     def _snapshot(self) -> Snapshot | None:
         try:
             return self.run.controller.snapshot()
@@ -290,7 +309,11 @@ class Conductor:
                                           drive.in_flight)
         sampler.start(before.metrics if before is not None else None)
         drive.begin(step, record=True)
-        completed = self._watch(step.duration_s)
+        settled: dict[str, Any] = {}
+        if step.stable is None:
+            completed = self._watch(step.duration_s)
+        else:
+            completed, settled = self._watch_stable(step, step.stable)
         got = drive.end(drain_s)
         duration = time.monotonic() - t0
         self._sampler = None
@@ -305,6 +328,7 @@ class Conductor:
         ok = completed and got.drained and not lost and after is not None
         result = self._result(step, got, before, after, started_at, duration,
                               "ok" if ok else "partial", sampler.rows())
+        result.stability = settled
         done = [i for i, s in enumerate(pr.steps) if s.index == step.index]
         if done:
             pr.steps[done[0]] = result  # the rounds so far, pooled

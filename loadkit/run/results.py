@@ -62,6 +62,8 @@ class StepResult:
     rounds: list[dict[str, Any]] = field(default_factory=list)
     # per metric, the value with its confidence interval and how it was had (loadkit/stats.py)
     intervals: dict[str, Any] = field(default_factory=dict)
+    # until_stable: whether the step became stable, after how long, each window's numbers
+    stability: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -77,6 +79,8 @@ class StepResult:
             out.pop("streaming")
         if not self.rounds:
             out.pop("rounds")
+        if not self.stability:
+            out.pop("stability")
         return out
 
 

@@ -47,6 +47,7 @@ from loadkit.scenario.model import (
     Requirements,
     Scenario,
     SequenceSpec,
+    Stability,
     TargetSpec,
     Threshold,
     Thresholds,
@@ -61,7 +62,8 @@ __all__ = [
     "DATA_KINDS", "DTYPES", "LATENCY_METRICS", "MAX_CONCURRENCY", "MAX_RATE",
     "THRESHOLD_METRICS", "TRANSPORTS", "ConcurrencyLoad", "InputSpec", "ModelInfo", "PhaseSpec",
     "RateLoad", "RequestTemplate", "Requirements", "Scenario", "SequenceSpec", "TLSSpec",
-    "TargetSpec", "Threshold", "Thresholds", "check_against_models", "composing_models",
-    "load_scenario", "parse_ramp", "parse_rate_ramp", "unbatched_models", "with_model_facts",
+    "Stability", "TargetSpec", "Threshold", "Thresholds", "check_against_models",
+    "composing_models", "load_scenario", "parse_ramp", "parse_rate_ramp", "unbatched_models",
+    "with_model_facts",
     "decoupled_models", "scripted_models", "Dimension", "Objective", "TuneSpec", "MAXIMIZED",
 ]

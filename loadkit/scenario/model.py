@@ -151,6 +151,17 @@ class TargetSpec:
 
 
 @dataclass(frozen=True)
+class Stability:
+    """`until_stable`: a step goes on, window by window (each `step_duration` long), until its
+    last `windows` windows agree within `within` (throughput and p99, each against their
+    mean), or until `max_s`; as perf_analyzer's stability percentage."""
+
+    within: float  # a fraction: 0.05 for 5%
+    windows: int = 3
+    max_s: float = 60.0
+
+
+@dataclass(frozen=True)
 class ConcurrencyLoad:
     """Closed loop: N users, each sending its next request when the last one answered."""
 
@@ -158,6 +169,7 @@ class ConcurrencyLoad:
     step_duration_s: float
     warmup_s: float
     spec: str
+    stable: Stability | None = None
 
 
 @dataclass(frozen=True)
@@ -177,6 +189,7 @@ class RateLoad:
     seed: int = 0
     max_concurrency: int = 0  # 0: no cap beyond MAX_CONCURRENCY
     late_tolerance_s: float = 0.005
+    stable: Stability | None = None
 
 
 ARRIVALS = ("constant", "poisson")

@@ -19,6 +19,7 @@ from loadkit.scenario.model import (
     PhaseSpec,
     RateLoad,
     Requirements,
+    Stability,
     Threshold,
     Thresholds,
 )
@@ -74,7 +75,7 @@ def parse_ramp(spec: Any) -> tuple[tuple[int, ...] | None, str | None]:
 def _load(ck: Checker, raw: Any, path: KeyPath) -> ConcurrencyLoad | RateLoad | None:
     allowed = (
         "concurrency", "rate", "step_duration", "warmup", "arrival", "seed", "max_concurrency",
-        "late_tolerance",
+        "late_tolerance", "until_stable",
     )
     m = ck.mapping(raw, path, allowed, ("step_duration",))
     if m is None:
@@ -88,6 +89,8 @@ def _load(ck: Checker, raw: Any, path: KeyPath) -> ConcurrencyLoad | RateLoad | 
         else None
     )
     warmup = ck.duration(m.get("warmup", 2.0), (*path, "warmup"), True)
+    stable = (_stable(ck, m["until_stable"], (*path, "until_stable"), step)
+              if "until_stable" in m else None)
     if "concurrency" in m:
         for key in ("arrival", "seed", "max_concurrency", "late_tolerance"):
             if key in m:
@@ -97,7 +100,7 @@ def _load(ck: Checker, raw: Any, path: KeyPath) -> ConcurrencyLoad | RateLoad | 
             ck.add((*path, "concurrency"), err)
         if levels is None or step is None or warmup is None:
             return None
-        return ConcurrencyLoad(levels, step, warmup, str(m["concurrency"]))
+        return ConcurrencyLoad(levels, step, warmup, str(m["concurrency"]), stable)
     rates, err = parse_rate_ramp(m["rate"])
     if err:
         ck.add((*path, "rate"), err)
@@ -119,8 +122,27 @@ def _load(ck: Checker, raw: Any, path: KeyPath) -> ConcurrencyLoad | RateLoad | 
     if rates is None or step is None or warmup is None or late is None:
         return None
     return RateLoad(
-        rates, step, warmup, str(m["rate"]), str(arrival), seed, cap, late
+        rates, step, warmup, str(m["rate"]), str(arrival), seed, cap, late, stable
     )
+
+
+def _stable(ck: Checker, raw: Any, path: KeyPath, seconds: float | None) -> Stability | None:
+    """`until_stable: {within: 5%, windows: 3, max: 60s}` (perf_analyzer's stability)."""
+    m = ck.mapping(raw, path, ("within", "windows", "max"), ("within",))
+    if m is None or "within" not in m:
+        return None
+    within = _fraction(ck, m["within"], (*path, "within"))
+    windows = ck.integer(m.get("windows", 3), (*path, "windows"), 2, 20)
+    max_s = ck.duration(m.get("max", 60), (*path, "max"), False)
+    if max_s is not None and seconds and windows and max_s < seconds * windows:
+        ck.add((*path, "max"), f"expected at least {windows} windows of the step_duration "
+                               f"({seconds * windows:g} s); found {max_s:g} s")
+        return None
+    if not within or windows is None or max_s is None:
+        if within == 0:
+            ck.add((*path, "within"), "expected a bound above 0 such as 5%; found 0")
+        return None
+    return Stability(within, windows, max_s)
 
 
 def parse_rate_ramp(spec: Any) -> tuple[tuple[float, ...] | None, str | None]:

@@ -1,0 +1,62 @@
+"""`until_stable`: a step's measured window goes on, one `step_duration` window at a time,
+until its last `windows` windows agree (throughput and p99 each within `within` of their
+mean), or until `max`: perf_analyzer's stability percentage, on the live window's per-second
+buckets. The step then reports the whole window (its accounting stays exact) and says whether
+it became stable, after how long, with each window's numbers (`stability`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadkit.record import StepWindow, new_histogram
+from loadkit.scenario import Stability
+
+
+def window_values(window: StepWindow, length_s: float, elapsed_s: float,
+                  batch_sizes: dict[str, int]) -> list[dict[str, float]]:
+    """Throughput (infer/s) and p99 (µs) of each whole `length_s` window in the `elapsed_s`
+    since the measured window opened (the second under way is not one yet)."""
+    size = max(1, round(length_s))
+    done = int(elapsed_s) // size
+    out = []
+    for w in range(done):
+        h = new_histogram()
+        inferences = 0
+        for i in range(w * size, (w + 1) * size):
+            sec = window.seconds.get(i)
+            if sec is None:
+                continue
+            h.add(sec.hist)
+            inferences += sum(n * batch_sizes.get(t, 1) for t, n in sec.ok.items())
+        out.append({"throughput": round(inferences / size, 2),
+                    "p99_us": float(h.get_value_at_percentile(99.0))
+                    if h.get_total_count() else 0.0})
+    return out
+
+
+def stable(values: list[dict[str, float]], spec: Stability) -> bool:
+    """Whether the last `windows` windows agree within the bound (each metric against its
+    mean over those windows), as perf_analyzer judges its stability windows."""
+    last = values[-spec.windows:]
+    if len(last) < spec.windows:
+        return False
+    for key in ("throughput", "p99_us"):
+        xs = [v[key] for v in last]
+        mean = sum(xs) / len(xs)
+        if mean <= 0 or any(abs(x - mean) > spec.within * mean for x in xs):
+            return False
+    return True
+
+
+def report(spec: Stability, values: list[dict[str, float]], became: bool,
+           elapsed_s: float) -> dict[str, Any]:
+    """The step's `stability` section."""
+    return {
+        "within": spec.within, "windows": spec.windows, "max_s": spec.max_s,
+        "stable": became,
+        "reason": (f"the last {spec.windows} windows agreed within {spec.within * 100:g}%"
+                   if became else f"not stable within {spec.max_s:g} s: the last "
+                   f"{spec.windows} windows differed by more than {spec.within * 100:g}%"),
+        "measured_s": round(elapsed_s, 2),
+        "window_values": values,
+    }
