@@ -267,3 +267,26 @@ def judge_step(slo: tuple[Threshold, ...], step: dict[str, Any]) -> tuple[bool, 
     if step.get("status") != "ok":
         broken.append(f"step {step.get('status')}")
     return not broken, broken
+
+
+def slo_confidence(slo: tuple[Threshold, ...], intervals: dict[str, Any],
+                   confidence: float) -> list[dict[str, Any]]:
+    """Whether a step held each latency term of an SLO with confidence: the upper end of its
+    interval below the limit (`held`), the value below but the interval reaching it (`within
+    noise`: another run may break it), or the value above (`broken`). Terms without an
+    interval (error rate, a step too short) say so."""
+    out = []
+    for t in slo:
+        i = intervals.get(t.metric) or {}
+        value, ci = i.get("value"), i.get("ci")
+        if t.metric not in LATENCY_METRICS or value is None:
+            continue
+        if value > t.limit:
+            verdict = "broken"
+        elif ci is None:
+            verdict = "no interval"
+        else:
+            verdict = "held" if ci[1] <= t.limit else "within noise"
+        out.append({"metric": t.metric, "limit_us": t.limit, "value_us": value,
+                    "ci_us": ci, "confidence": confidence, "verdict": verdict})
+    return out

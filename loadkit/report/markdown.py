@@ -361,7 +361,10 @@ def capacity_table(cap: dict[str, Any]) -> str:
         "Each config's highest arrival rate (requests/s) whose measured step held every limit ("
         + ", ".join(f"{t['metric']} <= {fmt_value(t['metric'], t['limit'])}"
                     for t in cap["limits"])
-        + "), found by bracketing and bisection and confirmed by a repeat.",
+        + "), found by bracketing and bisection and confirmed by a repeat. The bracket is the "
+        "answer's error bar: the highest rate that held and the lowest that broke. The result "
+        "says whether the confirmation held each latency limit with confidence (the upper end "
+        "of its interval below the limit) or only within noise (docs/verdicts.md).",
         "",
         "| config | max rate | infer/s | p50 | p99 | p99.9 | bracket | probes | replicas"
         + (f" for {peak:g}/s" if peak else "") + " | result |",
@@ -371,6 +374,11 @@ def capacity_table(cap: dict[str, Any]) -> str:
         lat = p["latency_us"]
         lo, hi = p["bracket"]
         result = p["status"] + (f" ({p['reason']})" if p["reason"] else "")
+        for c in p.get("slo_confidence", []):
+            ci = c["ci_us"]
+            result += (f"; {c['metric']} {c['verdict']} at {c['confidence']:.0%}"
+                       + (f" ({ms(ci[0])}-{ms(ci[1])} ms against {ms(c['limit_us'])})"
+                          if ci else ""))
         if p.get("generator_limited"):
             result += "; WARNING: the generator fell behind in a failing probe"
         lines.append(

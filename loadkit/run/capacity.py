@@ -16,7 +16,7 @@ from loadkit.run.conductor import Conductor, Hub
 from loadkit.run.results import PhaseResult
 from loadkit.scenario import RateLoad, Threshold
 from loadkit.search.capacity import Probe, Search, cheapest, phase_summary
-from loadkit.slo import judge_step
+from loadkit.slo import judge_step, slo_confidence
 
 PROBE_OVERHEAD_S = 1.5  # drain, snapshots and the report write around each probe
 CONFIRM_FACTOR = 2
@@ -117,6 +117,12 @@ class CapacityConductor(Conductor):
             status, reason = "approximate", f"stopped before confirming: {search.stopped}"
         summary = phase_summary(phase.name, search, status, reason, self.spec.peak,
                                 self.spec.headroom, batch)
+        confirm = next((p for p in reversed(search.probes) if p.kind == "confirm" and p.passed),
+                       None)
+        step = next((s for s in pr.steps if confirm and s.index == confirm.step), None)
+        if step is not None:
+            summary["slo_confidence"] = slo_confidence(self.spec.slo, step.intervals,
+                                                       self.run.scenario.confidence)
         self.summaries[:] = [s for s in self.summaries if s["phase"] != phase.name]
         self.summaries.append(summary)
         self.run.result.capacity = self._capacity()
