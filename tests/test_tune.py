@@ -110,6 +110,13 @@ def test_quick_finds_within_10_percent_of_brute_in_fewer_trials_and_the_winner_l
                                         "dense.instance_group.count": 2}
     summary = (out / "summary.md").read_text()
     assert "## Tune" in summary and "**best**" in summary
+    # before naming its winner the search raced the configs it could not tell apart
+    t = results(out)["tune"]
+    assert t["best"] in t["raced"] and len(t["raced"]) >= 2, t["raced"]
+    assert "ties" in t and t["recommended"]["trial"] in [t["best"], *t["ties"]]
+    assert "Raced before naming it" in summary and "Recommended: trial" in summary
+    raced = [x for x in t["trials"] if x["trial"] in t["raced"]]
+    assert all(x["point"]["measurements"] >= 2 for x in raced), raced
     assert (out / "tune_pareto.png").stat().st_size > 1000
     # the winner's config.pbtxt: Triton's text format, loaded as is into the running server
     text = (out / "best" / "dense" / "config.pbtxt").read_text()

@@ -158,9 +158,44 @@ def test_a_gpu_memory_constraint_is_checked_where_reported_and_skipped_where_not
     spec = dataclasses.replace(_spec(Objective("maximize", "throughput")),
                                gpu_memory_bytes=8 << 30)
     step = _step(0, 2, 100, 5)
-    ok, broken, skipped = judge(spec, step)
+    ok, broken, skipped, _ = judge(spec, step)
     assert ok and skipped == "gpu_memory: skipped, the server's metrics report no GPU"
     step["metrics"] = {"gauges": {"nv_gpu_memory_used_bytes/GPU-a": 6 << 30,
                                   "nv_gpu_memory_used_bytes/GPU-b": 3 << 30}}
-    ok, broken, skipped = judge(spec, step)
+    ok, broken, skipped, _ = judge(spec, step)
     assert not ok and broken == ["gpu_memory 9216 MiB"] and not skipped
+
+
+def _trial(n: int, objective: float, half: float, count: int = 1, delay: int = 0,
+           met: bool = True, uncertain: tuple[str, ...] = ()) -> dict:
+    return {"trial": n, "phase": f"trial-{n}",
+            "overlay": {"dense": {"instance_group": [{"count": count}],
+                                  "dynamic_batching": {"max_queue_delay_microseconds": delay}}},
+            "point": {"objective": objective, "score": objective, "constraints_met": met,
+                      "broken": [], "uncertain": list(uncertain),
+                      "objective_ci": [objective - half, objective + half]}}
+
+
+def test_racing_picks_the_overlapping_and_the_uncertain_and_recommends_the_cheapest() -> None:
+    from loadkit.search import race
+
+    leader = _trial(1, 1000, 50, count=2)
+    close = _trial(2, 960, 40, count=1)  # overlaps the leader
+    far = _trial(3, 700, 30)  # clearly worse
+    unsure = _trial(4, 990, 30, met=True, uncertain=("p99 210 ms (within noise)",))
+    trials = [leader, close, far, unsure]
+    assert [t["trial"] for t in race.contenders(trials, leader)] == [4, 2]  # RACE_MAX 2
+    tied = race.ties(trials, leader)
+    assert tied == [2, 4]
+    rec = race.recommend(trials, leader, tied)
+    assert rec["trial"] in (2, 4) and "cheaper" in rec["why"]  # 1 instance against 2
+    assert race.recommend([leader, far], leader, [])["why"].startswith("the best, beyond noise")
+    # a trial measured three times stands for the mean, with t over the three; a constraint
+    # broken in one of three measurements is noise, in two of three it is not
+    pts = [dict(close["point"], objective=v, score=v, constraints_met=m)
+           for v, m in ((960, True), (1000, False), (980, True))]
+    combined = race.combine(pts, 0.95)
+    assert combined["objective"] == 980 and combined["measurements"] == 3
+    assert combined["constraints_met"] and combined["objective_ci"][0] < 960
+    assert not race.combine([dict(p, constraints_met=False) for p in pts[:2]] + [pts[2]],
+                            0.95)["constraints_met"]

@@ -11,6 +11,7 @@ from loadkit.modelconfig import to_pbtxt
 from loadkit.plan import load_label
 from loadkit.report.units import ms
 from loadkit.slo import fmt_value
+from loadkit.stats import text as change_text
 
 HEADER = ("rank", "trial", "config", "objective", "constraints", "at load", "infer/s",
           "p50 ms", "p99 ms", "server: avg batch / queue / compute")
@@ -28,18 +29,23 @@ def _config(trial: dict[str, Any]) -> str:
 
 
 def _objective(tune: dict[str, Any], point: dict[str, Any]) -> str:
+    """The objective with its interval's half-width and, for a raced trial, how many
+    measurements it stands for."""
     v = point.get("objective")
     if v is None:
         return "-"
     text = tune["objective"]
     metric = text.split(" ", 1)[1]
+    ci = point.get("objective_ci")
+    pm = f" ±{(ci[1] - ci[0]) / 2 / v * 100:.0f}%" if ci and v else ""
+    n = f" (x{point['measurements']})" if point.get("measurements") else ""
     if text.startswith("weighted"):
         return f"{v:.3f}x"
     if metric == "throughput":
-        return f"{v:.1f} infer/s"
+        return f"{v:.1f} infer/s{pm}{n}"
     if metric in ("goodput", "output_tokens_per_s"):
-        return f"{v:.1f}/s"
-    return f"{v / 1000:.3f} ms"
+        return f"{v:.1f}/s{pm}{n}"
+    return f"{v / 1000:.3f} ms{pm}{n}"
 
 
 def _server(point: dict[str, Any]) -> str:
@@ -93,13 +99,29 @@ def headline(tune: dict[str, Any]) -> list[str]:
         return lines
     gain = tune.get("gain", {})
     bought = []
-    if "throughput_x" in gain:
-        bought.append(f"{gain['throughput_x']:.2f}x the baseline's throughput")
-    if "p99_x" in gain:
-        bought.append(f"{gain['p99_x']:.2f}x its p99")
+    if "throughput_change" in gain:  # with its interval (docs/verdicts.md)
+        bought.append(f"throughput {change_text(gain['throughput_change'])} against the "
+                      "baseline")
+    elif "throughput_x" in gain:
+        bought.append(f"{gain['throughput_x']:.2f}x the baseline's throughput (no interval)")
+    if "p99_change" in gain:
+        bought.append(f"p99 {change_text(gain['p99_change'])}")
+    elif "p99_x" in gain:
+        bought.append(f"{gain['p99_x']:.2f}x its p99 (no interval)")
     lines.append(f"Best: trial {best['trial']} ({_config(best)})"
                  + (f": {' at '.join(bought[:1])}{', ' + bought[1] if len(bought) > 1 else ''}"
                     if bought else "") + "; config in best/<model>/config.pbtxt.")
+    if tune.get("raced"):
+        lines.append(f"Raced before naming it: trials {', '.join(map(str, tune['raced']))} "
+                     "measured again, interleaved, each standing for all its measurements"
+                     + (f" ({tune['race_note']})" if tune.get("race_note") else "") + ".")
+    if "ties" in tune:
+        tied = tune["ties"]
+        rec = tune.get("recommended") or {}
+        lines.append((f"Indistinguishable from it within noise: trial(s) "
+                      f"{', '.join(map(str, tied))}. " if tied else
+                      "No other config is within noise of it. ")
+                     + (f"Recommended: trial {rec['trial']}, {rec['why']}." if rec else ""))
     return lines
 
 

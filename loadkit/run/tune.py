@@ -17,13 +17,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadkit.modelconfig import merge, needs_gpu
+from loadkit.plan import PhasePlan
 from loadkit.run.accounting import run_failures
 from loadkit.run.conductor import Conductor, Hub
 from loadkit.run.results import PhaseResult, RunStatus
 from loadkit.scenario import PhaseSpec, Requirements, Scenario, Thresholds, TuneSpec
-from loadkit.search import space
+from loadkit.search import race, space
 from loadkit.search.score import operating_point, pareto, rank_key, reference_of
 from loadkit.search.strategies import STRATEGIES
+from loadkit.stats import compare
 
 log = logging.getLogger("loadkit.tune")
 DONE = ("ok", "failed", "skipped")  # a trial in these states is never measured again
@@ -57,6 +59,8 @@ class TuneConductor(Conductor):
         self.in_trial = False
         self.stop_after_trial: tuple[str, int, RunStatus] | None = None
         self.reference: dict[str, float | None] | None = None
+        self.raced: list[int] = []  # the trials racing measured again
+        self.race_note = ""
         self._publish()
 
     def abort(self, reason: str, exit_code: int, status: RunStatus = "interrupted") -> None:
@@ -91,6 +95,8 @@ class TuneConductor(Conductor):
             trial = self._trial(point)
             if trial is not None and trial["status"] in DONE:
                 self.strategy.tell(point, trial if trial.get("point") else None)
+        if self.stop_after_trial is None and not self.aborted:
+            self._race()
         if self.stop_after_trial is not None and self.aborted is None:
             self.stopped = "interrupted"
             super().abort(*self.stop_after_trial)
@@ -120,6 +126,60 @@ class TuneConductor(Conductor):
         cost = sum(s.warmup_s + s.duration_s + STEP_OVERHEAD_S for s in steps) + reload_s
         return time.monotonic() - self.started + cost <= self.opts.budget_s
 
+    def _step_of(self, trial: dict[str, Any]) -> dict[str, Any] | None:
+        """The step a trial's operating point stands for (its first measurement's)."""
+        for pr in self.run.result.phases:
+            if pr.name == trial["phase"]:
+                return next((s.to_json() for s in pr.steps
+                             if s.index == trial["point"]["step"]), None)
+        return None
+
+    def _phase_for(self, n: int, name: str, overlays: dict[str, Any]) -> PhasePlan:
+        """The tune load as phase n, named `name`, on these overlays."""
+        steps = tuple(dataclasses.replace(s, phase_index=n, phase=name)
+                      for s in self.template.steps)
+        needs = self.template.requires
+        return dataclasses.replace(
+            self.template, index=n, name=name, steps=steps, config=overlays,
+            requires=Requirements(needs.gpu or any(needs_gpu(o) for o in overlays.values()),
+                                  needs.files))
+
+    def _race(self) -> None:
+        """Before naming a winner: measure again, interleaved with the leader, the configs it
+        cannot be told apart from (search/race.py), while the budget lasts; each raced trial
+        then stands for all its measurements."""
+        leader = next((t for t in sorted(self.trials, key=rank_key)
+                       if t.get("point") and t["point"]["constraints_met"]), None)
+        if leader is None:
+            return
+        field = [leader, *race.contenders(self.trials, leader)]
+        if len(field) < 2:
+            return
+        points = {t["trial"]: [t["point"]] for t in field}
+        for r in range(race.RACE_ROUNDS):
+            for t in field:
+                if self._should_stop() or not self._fits():
+                    self.race_note = "cut short by the budget or an interruption"
+                    break
+                p = self._remeasure(t, r + 2)
+                if p is not None:
+                    points[t["trial"]].append(p)
+        for t in field:
+            if len(points[t["trial"]]) > 1:
+                t["point"] = race.combine(points[t["trial"]], self.run.scenario.confidence)
+        self.raced = [t["trial"] for t in field]
+        self._publish()
+
+    def _remeasure(self, trial: dict[str, Any], k: int) -> dict[str, Any] | None:
+        """Trial's config measured once more (its k-th measurement): its operating point."""
+        n = len(self.run.result.phases)
+        self.title = f"racing trial {trial['trial']} ({k})"
+        pr = self._run_phase(self._phase_for(n, f"{trial['phase']}#{k}", trial["overlay"]))
+        if pr is None or pr.status != "ok":
+            return None
+        trial.setdefault("remeasured", []).append(pr.name)
+        return operating_point(self.spec, [s.to_json() for s in pr.steps], self.reference)
+
     def _trial(self, point: space.Point | None) -> dict[str, Any] | None:
         """Measure one config (None: the baseline) and record it as a trial."""
         n = len(self.trials)
@@ -133,13 +193,7 @@ class TuneConductor(Conductor):
         if point is not None:
             for m, o in space.overlays(self.dims, point, originals).items():
                 overlays[m] = {**overlays.get(m, {}), **o}
-        steps = tuple(dataclasses.replace(s, phase_index=n, phase=name)
-                      for s in self.template.steps)
-        needs = self.template.requires
-        phase = dataclasses.replace(
-            self.template, index=n, name=name, steps=steps, config=overlays,
-            requires=Requirements(needs.gpu or any(needs_gpu(o) for o in overlays.values()),
-                                  needs.files))
+        phase = self._phase_for(n, name, overlays)
         grid = self.spec.grid_size
         self.title = ("baseline" if point is None else f"trial {self._grid_trials() + 1}/{grid} "
                       + ", ".join(f"{k.rsplit('.', 1)[1]}={v}"
@@ -225,7 +279,20 @@ class TuneConductor(Conductor):
             "baseline": baseline["trial"] if baseline else None,
             "pareto": pareto(self.trials),
             "gain": _gain(best, baseline),
+            "raced": self.raced,
+            "race_note": self.race_note,
         }
+        if best is not None and baseline is not None and best is not baseline:
+            a, b = self._step_of(baseline), self._step_of(best)
+            for metric in ("throughput", "p99"):  # the gain with its interval, never bare
+                change = compare(a, b, metric, self.run.scenario.confidence) if a and b \
+                    else None
+                if change is not None:
+                    self.run.result.tune["gain"][f"{metric}_change"] = change
+        if best is not None:
+            tied = race.ties(self.trials, best)
+            self.run.result.tune.update(ties=tied,
+                                        recommended=race.recommend(self.trials, best, tied))
 
 
 def _gain(best: dict[str, Any] | None, baseline: dict[str, Any] | None) -> dict[str, Any]:

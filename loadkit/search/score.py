@@ -68,11 +68,22 @@ def score(objective: Objective, step: dict[str, Any],
     return v if objective.goal == "maximize" else -v
 
 
-def judge(spec: TuneSpec, step: dict[str, Any]) -> tuple[bool, list[str], str]:
-    """(keeps every constraint, what broke, why a constraint could not be checked)."""
+def judge(spec: TuneSpec, step: dict[str, Any]) -> tuple[bool, list[str], str, list[str]]:
+    """(keeps every constraint, what broke, why a constraint could not be checked, what broke
+    only within noise). A latency constraint counts as broken only when its interval lies
+    above the limit; broken by the value alone it is `uncertain` (racing measures it again)."""
     ok, broken = judge_step(spec.constraints, step) if spec.constraints else (
         step.get("status") == "ok", [] if step.get("status") == "ok" else [
             f"step {step.get('status')}"])
+    uncertain = []
+    intervals = step.get("intervals") or {}
+    for t in spec.constraints:
+        ci = (intervals.get(t.metric) or {}).get("ci")
+        hit = [b for b in broken if b.startswith(t.name + " ")]
+        if hit and ci is not None and t.template is None and ci[0] <= t.limit:
+            broken.remove(hit[0])
+            uncertain.append(hit[0] + " (within noise)")
+    ok = ok or (not broken and bool(uncertain))
     skipped = ""
     if spec.gpu_memory_bytes:
         used = gpu_memory_bytes(step)
@@ -81,7 +92,7 @@ def judge(spec: TuneSpec, step: dict[str, Any]) -> tuple[bool, list[str], str]:
         elif used > spec.gpu_memory_bytes:
             ok = False
             broken.append(f"gpu_memory {used / 2**20:.0f} MiB")
-    return ok, broken, skipped
+    return ok, broken, skipped, uncertain
 
 
 def operating_point(spec: TuneSpec, steps: list[dict[str, Any]],
@@ -95,11 +106,11 @@ def operating_point(spec: TuneSpec, steps: list[dict[str, Any]],
         s = score(spec.objective, step, reference)
         if s is None:
             continue
-        ok, broken, skipped = judge(spec, step)
+        ok, broken, skipped, uncertain = judge(spec, step)
         rank = (ok, s)
         if best is None or rank > best[0]:
             best = (rank, {"step": step["index"], "score": s, "constraints_met": ok,
-                           "broken": broken, "skipped": skipped})
+                           "broken": broken, "skipped": skipped, "uncertain": uncertain})
     if best is None:
         return None
     point = best[1]
@@ -119,6 +130,8 @@ def operating_point(spec: TuneSpec, steps: list[dict[str, Any]],
         point["output_tokens_per_s"] = st.get("output_tokens_per_s")
     if spec.objective.goal != "weighted":
         point["objective"] = metric_value(spec.objective.metric, step)
+        i = (step.get("intervals") or {}).get(spec.objective.metric) or {}
+        point["objective_ci"] = i.get("ci")  # loadkit/stats.py: racing reads it
     else:
         point["objective"] = point["score"]
     return point
