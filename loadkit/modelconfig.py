@@ -121,10 +121,13 @@ def normalize(overlay: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge(base: dict[str, Any], overlay: dict[str, Any]) -> dict[str, Any]:
-    """Overlay onto a config: mappings merge key by key; lists and scalars are replaced."""
+    """Overlay onto a config: mappings merge key by key; lists and scalars are replaced; None
+    removes the field (a tune dimension's `dynamic_batching: off`)."""
     out = copy.deepcopy(base)
     for key, value in normalize(overlay).items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict) and key != "instance_group":
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict) and isinstance(out.get(key), dict) and key != "instance_group":
             out[key] = merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)

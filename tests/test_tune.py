@@ -255,3 +255,23 @@ def test_a_search_the_server_cannot_serve_is_reported_as_aborted(tmp_path: Path)
     assert "No config was measured besides the baseline" in summary
     table = summary[summary.index("| rank |"):].split("\n\n")[0].splitlines()
     assert all(line.startswith("|") and line.endswith("|") for line in table), table
+
+
+def test_dynamic_batching_itself_is_a_dimension(tmp_path: Path, triton: Any,
+                                                control: ServerControl) -> None:
+    """`dynamic_batching: [off, on]`: off removes the section (Triton executes one request at a
+    time: avg batch 1), on turns it on with Triton's defaults (batches form at 8 in flight)."""
+    original = control.config("dense")
+    path = write(tmp_path / "db.yaml", TUNE.format(
+        dims="      dynamic_batching: [off, on]", conc="8", dur="1s", device_us=2000).replace(
+        "      dynamic_batching: {max_queue_delay_microseconds: 0}\n", ""))
+    out = tmp_path / "db"
+    r = tune(str(path), "--target", triton.grpc_address, "--strategy", "brute", "--budget",
+             "2 trials", "--out", str(out))
+    assert r.returncode == 0, r.stderr[-3000:]
+    trials = {json.dumps(x["values"]["dense.dynamic_batching"]): x for x in measured(out)}
+    off, on = trials["null"]["point"], trials["{}"]["point"]
+    assert off["server"]["dense"]["avg_batch"] == 1.0, off["server"]
+    assert on["server"]["dense"]["avg_batch"] > 1.5, on["server"]
+    assert "dynamic_batching=off" in (out / "summary.md").read_text()
+    assert control.config("dense") == original

@@ -25,7 +25,8 @@ def _config(trial: dict[str, Any]) -> str:
     short = [k.rsplit(".", 1)[1] for k in trial["values"]]
     names = short if len(set(short)) == len(short) else [k.split(".", 1)[1]
                                                          for k in trial["values"]]
-    return ", ".join(f"{n}={v}" for n, v in zip(names, trial["values"].values(), strict=True))
+    return ", ".join(f"{n}={'off' if v is None else 'on' if v == {} else v}"
+                     for n, v in zip(names, trial["values"].values(), strict=True))
 
 
 def _objective(tune: dict[str, Any], point: dict[str, Any]) -> str:

@@ -44,6 +44,12 @@ def parse_budget(value: Any) -> tuple[float, int] | str:
             f"found {found(value)}")
 
 
+# Top-level config sections a dimension may switch off (None), on with Triton's defaults ({})
+# or on with given fields: `dynamic_batching: [off, on, {max_queue_delay_microseconds: 500}]`.
+SWITCHED = ("dynamic_batching",)
+SWITCHES: dict[Any, Any] = {"off": None, False: None, "on": {}, True: {}}
+
+
 def _dimensions(ck: Checker, raw: Any, path: KeyPath) -> list[Dimension]:
     if not isinstance(raw, dict) or not raw:
         ck.add(path, "expected a mapping of model -> {field.path: [values]}; found "
@@ -65,8 +71,18 @@ def _dimensions(ck: Checker, raw: Any, path: KeyPath) -> list[Dimension]:
             if not isinstance(values, list) or not values:
                 ck.add(fp, f"expected a non-empty list of values to try; found {found(values)}")
                 continue
+            if fpath in SWITCHED:  # off / on / on with these fields
+                values = [SWITCHES.get(v, v) if isinstance(v, (str, bool)) or v is None else v
+                          for v in values]
             bad = False
             for i, value in enumerate(values):
+                if value is None and fpath in SWITCHED:
+                    continue
+                if isinstance(value, str) and fpath in SWITCHED:
+                    ck.add((*fp, i), f"expected off, on or a mapping of {fpath} fields; "
+                                     f"found {value!r}")
+                    bad = True
+                    break
                 problems = check_overlay(path_overlay(fpath, value))
                 for _sub, msg in problems[:1]:
                     ck.add((*fp, i) if msg.startswith("expected") else fp, msg)
