@@ -154,7 +154,9 @@ def compare(ref: dict[str, Any], new: dict[str, Any], metric: str,
 
 
 def _pct(log_ratio: float) -> float:
-    return (math.exp(log_ratio) - 1) * 100
+    """exp(x) - 1 in percent; an interval so wide it would overflow is capped (at e^50: such an
+    interval spans 0 anyway, and says `same`)."""
+    return (math.exp(min(log_ratio, 50.0)) - 1) * 100
 
 
 def _log_ratio(ra: dict[str, Any], rb: dict[str, Any], metric: str) -> float | None:
@@ -172,8 +174,9 @@ def _log_half(a: float, b: float, ia: dict[str, Any] | None, ib: dict[str, Any] 
     var = rel_a**2 + rel_b**2
     if var == 0:
         return 0.0
-    df = var**2 / (rel_a**4 / ia["df"] + rel_b**4 / ib["df"])
-    return float(sps.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var)
+    df = max(1.0, var**2 / (rel_a**4 / ia["df"] + rel_b**4 / ib["df"]))
+    half = float(sps.t.ppf(0.5 + confidence / 2, df)) * math.sqrt(var)
+    return half if math.isfinite(half) else None
 
 
 def verdict(metric: str, ci_pct: list[float] | None) -> str:

@@ -235,3 +235,12 @@ def test_until_stable_extends_a_step_until_its_windows_agree(triton, tmp_path: P
     for step in runs.values():
         assert step["accounting"]["status"] == "ok", step["accounting"]
         assert step["duration_s"] >= 3
+
+
+@pytest.mark.fast
+def test_an_enormous_interval_is_same_not_an_overflow() -> None:
+    """A step whose seconds stalled (a queue guard's 500 ms waits) has a standard error far
+    above its value: the change's interval is capped, and says `same`."""
+    a, b = _step(1000, 10_000, se=0.02), _step(900, 10_000, se=400.0)
+    c = compare(a, b, "throughput", 0.95)
+    assert c["verdict"] == "same" and c["ci_pct"][1] > 1e6, c

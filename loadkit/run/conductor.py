@@ -23,6 +23,7 @@ from loadkit.events import (
     AccountingMismatch,
     DrainTimeout,
     EventLog,
+    ReportRenderFailed,
     RestoreFailed,
     SequencesEnded,
     ServerBack,
@@ -192,7 +193,11 @@ class Conductor:
         for failure in failures:
             run.events.add(RestoreFailed(**failure))
         self._judge()
-        run.result.comparisons = comparisons(run.result.to_json(), run.scenario.confidence)
+        try:
+            run.result.comparisons = comparisons(run.result.to_json(), run.scenario.confidence)
+        except Exception as exc:  # the measurements stand; say why the verdicts are missing
+            log.exception("the comparisons could not be made")
+            run.events.add(ReportRenderFailed(f"comparisons: {exc!r}"))
         run.result.finished_at = utcnow()
         run.save(final=True)
 
