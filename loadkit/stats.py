@@ -196,7 +196,8 @@ def text(c: dict[str, Any]) -> str:
     if ci is None:
         return f"{c['delta_pct']:+.1f}% (no interval)"
     if c["verdict"] == "same":
-        return f"same (±{max(abs(ci[0] - c['delta_pct']), abs(ci[1] - c['delta_pct'])):.0f}%)"
+        half = max(abs(ci[0] - c["delta_pct"]), abs(ci[1] - c["delta_pct"]))
+        return f"same (±{half:.0f}%)" if half < 1000 else "same (±>999%: too noisy to say)"
     return f"{c['delta_pct']:+.1f}% [{ci[0]:+.0f}, {ci[1]:+.0f}]"
 
 
