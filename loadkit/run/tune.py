@@ -44,6 +44,9 @@ class TuneRun:
     resumed_elapsed_s: float = 0.0  # how long the resumed search had run before
 
 
+RACE_INDEX = 100_000  # re-measures' phase indices start here, clear of every trial's
+
+
 class TuneConductor(Conductor):
     def __init__(self, run: Hub, opts: TuneRun):
         super().__init__(run)
@@ -172,7 +175,8 @@ class TuneConductor(Conductor):
 
     def _remeasure(self, trial: dict[str, Any], k: int) -> dict[str, Any] | None:
         """Trial's config measured once more (its k-th measurement): its operating point."""
-        n = len(self.run.result.phases)
+        # an index no trial has (a resumed search's trials count, this run's phases may not)
+        n = RACE_INDEX + len(self.run.result.phases)
         self.title = f"racing trial {trial['trial']} ({k})"
         pr = self._run_phase(self._phase_for(n, f"{trial['phase']}#{k}", trial["overlay"]))
         if pr is None or pr.status != "ok":
