@@ -70,7 +70,9 @@ def _batches(seconds: dict[int, Second], full: int) -> list[list[Second]]:
             for b in range(k)]
 
 
-def _batch_values(batch: list[Second], batch_sizes: dict[str, int]) -> dict[str, float | None]:
+def batch_values(batch: list[Second], batch_sizes: dict[str, int]) -> dict[str, float | None]:
+    """A run of per-second buckets as one: its inferences per second and its percentiles from
+    the seconds' histograms merged (None where nothing succeeded)."""
     h: HdrHistogram = new_histogram()
     inferences = 0
     for sec in batch:
@@ -88,7 +90,7 @@ def within_run(seconds: dict[int, Second], duration_s: float, batch_sizes: dict[
     step's own `values` (the whole window's throughput and percentiles)."""
     full = int(duration_s)
     batches = _batches(seconds, full) if full >= 2 else []
-    per = [_batch_values(b, batch_sizes) for b in batches]
+    per = [batch_values(b, batch_sizes) for b in batches]
     out: dict[str, Any] = {}
     for metric in ("throughput", *PERCENTILES):
         value = values.get(metric)

@@ -131,8 +131,11 @@ def sequence_request(engine: Engine, i: int, rng: random.Random, window: StepWin
         payload = engine.requests.draw_at(i, entry, window)
     else:
         payload = engine.draw(i, rng, window) if engine.pooled else engine.payloads[i]
-    if not ids:
-        return payload
+    return flagged(payload, ids, first, last) if ids else payload
+
+
+def flagged(payload: bytes, ids: bytes, first: bool, last: bool) -> bytes:
+    """A framed request with a sequence's id and its START / END flags appended."""
     return frame(payload[5:] + ids + (START if first else b"") + (END if last else b""))
 
 
@@ -263,7 +266,7 @@ def end_dangling(engine: Engine, ids: list[Ids | None], lanes: bool) -> int:
         for corr, entry in sorted(tracker.dangling.items()):
             i = tracker.template
             payload = engine.requests.pools[i][entry] if entry >= 0 else engine.payloads[i]
-            payload = frame(payload[5:] + id_bytes(tracker.spec, corr) + END)
+            payload = flagged(payload, id_bytes(tracker.spec, corr), False, True)
             slot = engine.spare_slots.pop() if engine.spare_slots else Slot()
             if not sent:
                 engine.drained.clear()

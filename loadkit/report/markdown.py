@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 from loadkit.report import streaming
@@ -36,10 +37,9 @@ def noise_note(results: dict[str, Any]) -> list[str]:
             where = f"{p['name']} at {load_label(s['load'])}"
             for metric, values in (("throughput", [r["throughput"] for r in rounds]),
                                    ("p99", [r["latency_us"]["p99"] for r in rounds])):
-                mean = sum(values) / len(values)
+                mean = statistics.mean(values)
                 if mean > 0:
-                    var = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
-                    spreads[metric].append((var ** 0.5 / mean * 100, where))
+                    spreads[metric].append((statistics.stdev(values) / mean * 100, where))
     if not spreads["throughput"]:
         return []
     parts = []

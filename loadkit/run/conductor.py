@@ -359,15 +359,14 @@ class Conductor:
         one = build_step_result(StepContext(**base, got=got, before=before, after=after,
                                             started_at=started_at, duration_s=duration,
                                             status=status, server_rows=rows))
-        values = {"throughput": one.throughput, **one.latency_us}
-        one.intervals = within_run(got.window.seconds, duration, run.batch_sizes, values,
-                                   confidence)
-        if run.plan.repeats == 1:
-            return one
-        pool = self._pools.setdefault(step.key, Pool(step))
-        pool.add(got, before, after, duration, rows, started_at)
-        pool.keep(one)
-        if len(pool.rounds) == 1:
+        pool = self._pools.setdefault(step.key, Pool(step)) if run.plan.repeats > 1 else None
+        if pool is not None:
+            pool.add(got, before, after, duration, rows, started_at)
+            pool.keep(one)
+        if pool is None or len(pool.rounds) == 1:  # one round: intervals from its seconds
+            values = {"throughput": one.throughput, **one.latency_us}
+            one.intervals = within_run(got.window.seconds, duration, run.batch_sizes, values,
+                                       confidence)
             return one
         b, a = pool.snapshots()
         statuses = {r["status"] for r in pool.rounds}

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadkit.record import StepWindow, new_histogram
+from loadkit.record import Second, StepWindow
 from loadkit.scenario import Stability
+from loadkit.stats import batch_values
 
 
 def window_values(window: StepWindow, length_s: float, elapsed_s: float,
@@ -17,20 +18,12 @@ def window_values(window: StepWindow, length_s: float, elapsed_s: float,
     """Throughput (infer/s) and p99 (µs) of each whole `length_s` window in the `elapsed_s`
     since the measured window opened (the second under way is not one yet)."""
     size = max(1, round(length_s))
-    done = int(elapsed_s) // size
     out = []
-    for w in range(done):
-        h = new_histogram()
-        inferences = 0
-        for i in range(w * size, (w + 1) * size):
-            sec = window.seconds.get(i)
-            if sec is None:
-                continue
-            h.add(sec.hist)
-            inferences += sum(n * batch_sizes.get(t, 1) for t, n in sec.ok.items())
-        out.append({"throughput": round(inferences / size, 2),
-                    "p99_us": float(h.get_value_at_percentile(99.0))
-                    if h.get_total_count() else 0.0})
+    for w in range(int(elapsed_s) // size):
+        v = batch_values([window.seconds.get(i) or Second() for i in
+                          range(w * size, (w + 1) * size)], batch_sizes)
+        out.append({"throughput": round(float(v["throughput"] or 0.0), 2),
+                    "p99_us": v["p99"] or 0.0})
     return out
 
 
