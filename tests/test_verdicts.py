@@ -160,17 +160,20 @@ def test_an_aa_pair_is_same_and_an_ab_pair_is_better(triton, tmp_path: Path) -> 
     assert by["p99"]["verdict"] != "worse", by["p99"]  # 1.5 s rounds: the tail may not tell
     md = (tmp_path / "faster" / "comparison.md").read_text()
     assert "| 4 | faster |" in md and "% [+" in md
-    # loadkit compare of two runs: never paired across runs (their rounds were not
-    # interleaved with each other)
+    # loadkit compare of two runs, the 95% one first (the reference run's confidence holds):
+    # paired within a run (its rounds were interleaved), never across runs
     out = tmp_path / "cmp"
-    proc = loadkit("compare", str(tmp_path / "a-again"), str(tmp_path / "faster"), "--out",
+    proc = loadkit("compare", str(tmp_path / "faster"), str(tmp_path / "a-again"), "--out",
                    str(out))
     assert proc.returncode == 0, proc.stderr
     saved = json.loads((out / "comparison.json").read_text())
-    assert saved["reference"] == "a-again/a" and saved["warnings"] == []
-    faster = [c for c in saved["comparisons"] if c["phase"] == "faster/faster"]
-    assert faster and all("delta method" in c["method"] for c in faster), faster
-    assert next(c for c in faster if c["metric"] == "throughput")["verdict"] == "better"
+    assert saved["reference"] == "faster/a" and saved["warnings"] == []
+    assert saved["confidence"] == 0.95
+    same_run = [c for c in saved["comparisons"] if c["phase"] == "faster/faster"]
+    assert same_run and all("paired" in c["method"] for c in same_run), same_run
+    assert next(c for c in same_run if c["metric"] == "throughput")["verdict"] == "better"
+    other = [c for c in saved["comparisons"] if c["phase"].startswith("a-again/")]
+    assert other and all("delta method" in c["method"] for c in other), other
 
 
 @pytest.mark.fast
