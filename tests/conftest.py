@@ -46,7 +46,7 @@ def triton(tmp_path_factory: pytest.TempPathFactory, record_dir: Path) -> Embedd
     server = EmbeddedServer(model_repository=repository,
                             models=("dense", "cnn", "add_sub", "accumulate", "repeat", "blob",
                                     "text_classifier", "image_pipeline", "seq_record",
-                                    "silent_stream", "bls_dense"),
+                                    "silent_stream", "bls_dense", "mixed_inputs"),
                             log_path=base / "tritonserver.log")
     server.start()
     yield server
@@ -166,11 +166,14 @@ def wait_inside_step(out: Path, address: str | None, model: str, steps_done: int
 TEMPLATE_MODEL = {"dense_b1": "dense", "cnn_b4": "cnn"}  # DENSE_CNN's templates
 
 
-def assert_accounted(step: dict) -> None:
-    """Client-side successes per model == the server's success delta for that model."""
+def assert_accounted(step: dict, models: dict[str, str] | None = None) -> None:
+    """Client-side successes per model == the server's success delta for that model
+    (`models`: template -> model beyond DENSE_CNN's; a template named as its model needs none)."""
+    names = {**TEMPLATE_MODEL, **(models or {})}
     per_model: dict[str, int] = {}
     for name, c in step["client"].items():
-        per_model[TEMPLATE_MODEL[name]] = per_model.get(TEMPLATE_MODEL[name], 0) + c["requests"]
+        model = names.get(name, name)
+        per_model[model] = per_model.get(model, 0) + c["requests"]
     for model, n in per_model.items():
         assert step["server"][model]["success"] == n, (model, step["server"][model], n)
     assert sum(per_model.values()) == step["requests"]

@@ -11,7 +11,7 @@ from conftest import loadkit, write
 
 from loadkit.errors import ScenarioError
 from loadkit.plan import build_plan
-from loadkit.scenario import check_against_models, load_scenario, parse_ramp
+from loadkit.scenario import checked_against, load_scenario, parse_ramp
 
 BAD = Path(__file__).parent / "bad_scenarios"
 OFFLINE = sorted((BAD / "offline").glob("*.yaml"))
@@ -52,7 +52,9 @@ def test_bad_scenario_offline(path: Path) -> None:
 def test_bad_scenario_against_server(path: Path, control) -> None:
     scenario = load_scenario(path)  # valid offline
     infos = {m: control.model_info(m) for m in scenario.models}
-    assert_reported(check_against_models(scenario, infos), path)
+    with pytest.raises(ScenarioError) as info:
+        checked_against(scenario, infos)  # completed from the models, then checked
+    assert_reported(info.value.problems, path)
 
 
 @pytest.mark.parametrize(

@@ -11,7 +11,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from loadkit.errors import ScenarioError
 from loadkit.exits import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -24,7 +23,7 @@ from loadkit.exits import (
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from loadkit.plan import build_plan
-    from loadkit.scenario import check_against_models, load_scenario
+    from loadkit.scenario import checked_against, load_scenario
 
     scenario = load_scenario(args.scenario)
     address = None if args.offline else args.target or scenario.target.grpc
@@ -34,9 +33,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
         with ServerControl(address, scenario.target) as control:
             control.wait_live(timeout_s=5)
             infos = {m: control.model_info(m) for m in scenario.models}
-        problems = check_against_models(scenario, infos)
-        if problems:
-            raise ScenarioError(problems)
+        scenario = checked_against(scenario, infos)
         checked = f"checked against the models on {address}"
     else:
         checked = "checked offline (no server asked; use --target to check model metadata)"

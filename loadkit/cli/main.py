@@ -7,6 +7,7 @@ import argparse
 import sys
 from typing import Any
 
+from loadkit import __version__
 from loadkit.cli.commands import (
     cmd_compare,
     cmd_report,
@@ -15,36 +16,91 @@ from loadkit.cli.commands import (
     cmd_validate,
     cmd_worker,
 )
-from loadkit.cli.running import cmd_run
+from loadkit.cli.quick import add_model_options
+from loadkit.cli.running import cmd_init, cmd_run
 from loadkit.control.embedded import DEFAULT_MODEL_REPOSITORY
 from loadkit.errors import LoadkitError
 from loadkit.exits import EXIT_BAD_INPUT, EXIT_SIGINT, err, report_error
 
+EXIT_CODES = """exit codes:
+  0  the run completed and every threshold held
+  1  the run failed, or a threshold / SLO failed
+  2  bad input (scenario, flags, data set) or a target that cannot be used; nothing was sent
+  130, 143  interrupted (Ctrl-C, SIGTERM): the report so far is written"""
+
+EXAMPLES = {
+    "run": """examples:
+  loadkit run -m dense                                 # the embedded Triton, concurrency 1
+  loadkit run -m resnet -u 127.0.0.1:8001 --concurrency-range 1:16:2
+  loadkit run -m bert -u 127.0.0.1:8001 --input-data data.json --rate 100:500:100
+  loadkit run scenarios/quickstart.yaml --repeats 3    # a scenario file: phases, configs, SLOs
+  loadkit run scenarios/quickstart.yaml --target 127.0.0.1:8001 --workers 2
+
+The report folder (reports/<UTC time>-<name>/, or --out) holds summary.md (printed at the end),
+report.html, results.json, steps.csv and the plots.""",
+    "capacity": """examples:
+  loadkit capacity scenarios/capacity.yaml --slo 'p99<50ms' --peak 3000/s
+  loadkit capacity -m dense --rate 200 --slo 'p99<5ms' --peak 5000/s""",
+    "tune": """examples:
+  loadkit tune scenarios/tune.yaml --strategy quick --budget 10m
+  loadkit tune scenarios/tune.yaml --resume reports/20261207T101500Z-tune""",
+    "init": """examples:
+  loadkit init -m resnet -u 127.0.0.1:8001 --concurrency-range 1:16:2   # writes resnet.yaml
+  loadkit init -m bert -u 127.0.0.1:8001 --input-data data.json -o bert.yaml""",
+    "validate": """examples:
+  loadkit validate scenarios/quickstart.yaml --offline
+  loadkit validate my.yaml --target 127.0.0.1:8001""",
+    "compare": """examples:
+  loadkit compare reports/before reports/after --out reports/compare""",
+}
+
+
+def _command(sub: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
+    """A subcommand whose --help says what it does, shows examples and the exit codes."""
+    epilog = "\n\n".join(filter(None, [EXAMPLES.get(name, ""), EXIT_CODES]))
+    return sub.add_parser(name, help=summary, description=description, epilog=epilog,
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="loadkit", description="Scenario-driven load testing for Triton Inference Server.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    v = sub.add_parser("validate", help="validate a scenario and print its plan")
+        prog="loadkit", description="Scenario-driven load testing for Triton Inference Server.",
+        epilog="`loadkit COMMAND --help` for a command's options and examples.\n\n" + EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"loadkit {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    v = _command(sub, "validate", "validate a scenario and print its plan",
+                 "Check a scenario file (every problem, with file:line) and print its plan; "
+                 "with a target, check its templates against the models' metadata too. Sends "
+                 "no inference.")
     v.add_argument("scenario")
-    v.add_argument("--target", help="HOST:PORT of a Triton gRPC endpoint to check models against")
+    v.add_argument("--target", "-u", help="HOST:PORT of a Triton gRPC endpoint to check models "
+                                          "against")
     v.add_argument(
         "--offline", action="store_true", help="do not contact the scenario's target server"
     )
     v.set_defaults(func=cmd_validate)
-    r = sub.add_parser("run", help="run a scenario headless and write a report")
-    _run_options(r)
+    r = _command(sub, "run", "run a scenario (or one model: -m) and write a report",
+                 "Drive the load a scenario file describes (or, with -m, one model at the load "
+                 "the flags give, as perf_analyzer does), measure every request, check it "
+                 "against the server's own counts and write the report.")
+    _run_options(r, optional=True)
+    add_model_options(r)
     r.set_defaults(func=cmd_run)
-    k = sub.add_parser(
-        "capacity",
-        help="find each config phase's highest arrival rate within an SLO, and replicas for a peak",
-    )
+    k = _command(
+        sub, "capacity",
+        "find each config phase's highest arrival rate within an SLO, and replicas for a peak",
+        "Bracket and bisect the arrival rate of each phase (each config) for the highest that "
+        "holds the SLO, confirm it, and size the replicas a peak rate needs.")
     _capacity_options(k)
-    _run_options(k)
+    _run_options(k, optional=True)
+    add_model_options(k)
     k.set_defaults(func=cmd_run)
-    t = sub.add_parser(
-        "tune", help="search the model-config space of the scenario's tune: section for the best "
-                     "config under its constraints; writes best/<model>/config.pbtxt")
+    t = _command(
+        sub, "tune", "search the model-config space of the scenario's tune: section for the best "
+                     "config under its constraints; writes best/<model>/config.pbtxt",
+        "Search the config fields the scenario's tune: section names (brute, quick or bayes), "
+        "re-measure the close ones, and write the best config with its interval.")
     t.add_argument("--strategy", choices=("brute", "quick", "bayes"),
                    help="brute: the whole grid; quick: climb one field at a time; bayes: optuna "
                         "TPE (default: tune.strategy, else quick)")
@@ -55,6 +111,15 @@ def build_parser() -> argparse.ArgumentParser:
                         "measured; writes into DIR unless --out says otherwise)")
     _run_options(t)
     t.set_defaults(func=cmd_run)
+    i = _command(sub, "init", "write a scenario for a model from its metadata, to edit",
+                 "Ask the server for the model's inputs and write the scenario `loadkit run -m` "
+                 "would run, with every input spelled out, as a starting point to edit.")
+    i.add_argument("--target", "-u", help="HOST:PORT of a Triton gRPC endpoint (default: "
+                                          "the embedded server)")
+    i.add_argument("-o", "--output", metavar="FILE", help="where to write (default MODEL.yaml)")
+    i.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    add_model_options(i)
+    i.set_defaults(func=cmd_init)
     _other_commands(sub)
     return parser
 
@@ -75,9 +140,13 @@ def _capacity_options(k: argparse.ArgumentParser) -> None:
                                         "or 100/s)")
 
 
-def _run_options(r: argparse.ArgumentParser) -> None:
-    r.add_argument("scenario")
-    r.add_argument("--target", help="HOST:PORT of a Triton gRPC endpoint (default: embedded)")
+def _run_options(r: argparse.ArgumentParser, optional: bool = False) -> None:
+    if optional:
+        r.add_argument("scenario", nargs="?", help="a scenario file (or -m MODEL instead)")
+    else:
+        r.add_argument("scenario")
+    r.add_argument("--target", "-u", help="HOST:PORT of a Triton gRPC endpoint (default: the "
+                                          "embedded server)")
     r.add_argument(
         "--metrics", help="Triton's Prometheus URL, e.g. http://127.0.0.1:8002/metrics "
         "(default: target.metrics, or the embedded server's)"
@@ -113,27 +182,31 @@ def _run_options(r: argparse.ArgumentParser) -> None:
 
 
 def _other_commands(sub: Any) -> None:
-    w = sub.add_parser("worker", help="send a master's load: a Locust worker for `run --master`")
+    w = _command(sub, "worker", "send a master's load: a Locust worker for `run --master`",
+                 "Join a `loadkit run --master` and send the share of its load the master "
+                 "gives this process (start it with the master's scenario file).")
     w.add_argument("scenario", help="the same scenario file the master runs")
     w.add_argument("--master-host", default="127.0.0.1")
     w.add_argument("--master-port", type=int, default=5557)
     w.add_argument("--seed", type=int, default=0)
     w.set_defaults(func=cmd_worker)
-    rp = sub.add_parser(
-        "report", help="re-render comparison.md, plots and report.html of a run folder"
-    )
+    rp = _command(sub, "report", "re-render comparison.md, plots and report.html of a run "
+                  "folder", "Render a report folder's results.json again (after an upgrade, "
+                  "or to rebuild the plots); sends nothing.")
     rp.add_argument("run", help="a report folder written by `loadkit run`")
     rp.set_defaults(func=cmd_report)
-    c = sub.add_parser("compare", help="compare the phases of two or more runs")
+    c = _command(sub, "compare", "compare the phases of two or more runs",
+                 "Put the phases of two or more report folders side by side, every change "
+                 "with its interval and verdict; warns when targets, configs or loads differ.")
     c.add_argument(
         "runs", nargs="+", metavar="RUN", help="report folders (the first is the reference)"
     )
     c.add_argument("--labels", help="comma-separated names for the runs (default: folder names)")
     c.add_argument("--out", help="write comparison.md, plots and report.html here")
     c.set_defaults(func=cmd_compare)
-    u = sub.add_parser(
-        "ui", help="Locust's web UI with a Triton tab; arguments after -- go to Locust",
-    )
+    u = _command(sub, "ui", "Locust's web UI with a Triton tab; arguments after -- go to "
+                 "Locust", "Serve Locust's web UI for the scenario: start and stop runs from "
+                 "the browser; the Triton tab shows the server's numbers beside loadkit's.")
     u.add_argument("scenario")
     u.add_argument("--target", help="HOST:PORT of a Triton gRPC endpoint (default: embedded)")
     u.add_argument("--web-host", default="127.0.0.1",
@@ -141,7 +214,9 @@ def _other_commands(sub: Any) -> None:
     u.add_argument("--web-port", type=int, default=8089)
     u.add_argument("--out", help="report folder of the first run (default reports/...)")
     u.set_defaults(func=cmd_ui)
-    s = sub.add_parser("serve", help="run the embedded Triton in the foreground")
+    s = _command(sub, "serve", "run the embedded Triton in the foreground",
+                 "Start the Triton that ships with loadkit (pip's tritonserver) on fixed ports, "
+                 "with the shipped model repository, until Ctrl-C.")
     s.add_argument(
         "--model-repository",
         default=str(DEFAULT_MODEL_REPOSITORY),

@@ -27,11 +27,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     from loadkit.run.session import Session, default_out
     from loadkit.scenario import load_scenario
 
+    out_dir = _quick_start(args)
     scenario = with_repeats(load_scenario(args.scenario), args)
     spec = capacity_spec(args) if args.command == "capacity" else None
     tune, carried = tune_run(args, scenario) if args.command == "tune" else (None, None)
-    out_dir = (Path(args.out) if args.out else Path(args.resume) if getattr(args, "resume", None)
-               else default_out(scenario.name))
+    out_dir = out_dir or (Path(args.out) if args.out else Path(args.resume) if getattr(
+        args, "resume", None) else default_out(scenario.name))
     out_dir.mkdir(parents=True, exist_ok=True)
     logging.basicConfig(
         filename=out_dir / "loadkit.log",
@@ -65,6 +66,60 @@ def cmd_run(args: argparse.Namespace) -> int:
     print((out_dir / "summary.md").read_text())
     print(f"report: {out_dir}")
     return code
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """`loadkit init -m MODEL`: the scenario `run -m` would run, with every input the model's
+    metadata gives written out, to edit."""
+    from loadkit.cli.quick import command_line, scenario_data, scenario_text
+    from loadkit.errors import LoadkitError
+    from loadkit.run.session import Session
+    from loadkit.scenario import load_scenario
+
+    if not args.model:
+        raise LoadkitError("`loadkit init` needs -m MODEL (the model to write a scenario for)")
+    path = Path(args.output or f"{args.model}.yaml")
+    if path.exists() and not args.force:
+        raise LoadkitError(f"{path} exists; choose another -o FILE, or --force to overwrite it")
+    data = scenario_data(args, path.parent)
+    path.write_text(scenario_text(data, "being written by loadkit init"))
+    try:
+        with Session(load_scenario(path), args.target, say=_say) as session:
+            filled = session.scenario.requests[args.model].filled
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+    data["requests"][args.model]["inputs"] = filled
+    where = args.target or "the embedded Triton"
+    path.write_text(scenario_text(data, f"written by `{command_line()}` from model "
+                                        f"'{args.model}' on {where}: edit freely, then "
+                                        f"`loadkit run {path}`"))
+    print(f"wrote {path}: model '{args.model}', inputs "
+          + ", ".join(f"{n} {v.get('dtype')} {v.get('shape', v.get('data', ''))}"
+                      for n, v in filled.items()))
+    print(f"next: loadkit run {path}" + (f" --target {args.target}" if args.target else ""))
+    return 0
+
+
+def _quick_start(args: argparse.Namespace) -> Path | None:
+    """`-m MODEL` instead of a scenario file: the scenario the flags describe is written into
+    the report folder, which is returned (None with a scenario file)."""
+    from loadkit.errors import LoadkitError
+    from loadkit.run.session import default_out
+
+    model = getattr(args, "model", None)
+    if model and args.scenario:
+        raise LoadkitError(f"give a scenario file or -m {model}, not both")
+    if not model:
+        if not args.scenario:
+            raise LoadkitError(f"`loadkit {args.command}` needs a scenario file, or -m MODEL to "
+                               "load a model with inputs from its metadata (see --help)")
+        return None
+    from loadkit.cli.quick import write_scenario
+
+    out_dir = Path(args.out) if args.out else default_out(model)
+    args.scenario = str(write_scenario(args, out_dir))
+    return out_dir
 
 
 def with_repeats(scenario: Any, args: argparse.Namespace) -> Any:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,7 +18,8 @@ from google.protobuf.json_format import MessageToDict
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 
 from loadkit.control.metrics import MetricsSnapshot, scrape
-from loadkit.errors import ControlError, TargetError
+from loadkit.control.reach import refused, unreachable_hint
+from loadkit.errors import ControlError, TargetError, suggest
 from loadkit.scenario import ModelInfo, TargetSpec
 from loadkit.transport.channel import make_channel
 
@@ -105,6 +107,9 @@ def diff_counters(before: ModelCounters, after: ModelCounters) -> dict[str, Any]
     }
 
 
+REFUSED_WAIT_S = 2.0  # a server that refuses connections this long is not about to start
+
+
 def tls_hint(error: str, tls: bool, client_cert: bool) -> str:
     """What to check when a connection failed the way a TLS mismatch fails: grpc only says the
     socket closed (plaintext against TLS, or no client certificate for mutual TLS) or that the
@@ -166,36 +171,38 @@ class ServerControl:
             return exc.code() != grpc.StatusCode.UNAVAILABLE
         return True
 
-    def wait_live(self, timeout_s: float = 10.0) -> None:
-        """Wait for the server to say it is live; a connection refused (still starting) is
-        retried until timeout_s, a failure that looks like a TLS mismatch three times running
-        is not (it will not change, and the user should hear why at once)."""
-        deadline = time.monotonic() + timeout_s
+    def wait_live(self, timeout_s: float = 10.0,
+                  say: Callable[[str], None] = lambda _text: None) -> None:
+        """Wait for the server to say it is live. A connection refused is retried for 2 s (a
+        server just starting), anything else until timeout_s, saying once what it waits for;
+        a failure that looks like TLS or HTTP three times running is not retried (it will not
+        change, and the user should hear why at once)."""
+        start = time.monotonic()
         last = ""
-        tls_like = 0
-        while time.monotonic() < deadline:
+        fixed = 0
+        while time.monotonic() - start < timeout_s:
             try:
                 if self._call("ServerLive", service_pb2.ServerLiveRequest(), 2).live:
                     return
             except ControlError as exc:
+                if not last:
+                    say(f"waiting up to {timeout_s:g} s for Triton at {self.address} to answer "
+                        f"gRPC ({exc})")
                 last = str(exc)
                 hint = tls_hint(last, self.tls is not None, bool(self.tls and self.tls.client_cert))
-                tls_like = tls_like + 1 if hint else 0
-                if tls_like >= 3:
+                fixed = fixed + 1 if hint else 0
+                if fixed >= 3 or refused(last) and time.monotonic() - start > REFUSED_WAIT_S:
                     break
             time.sleep(0.2)
+        hint = unreachable_hint(self.address, last) or tls_hint(
+            last, self.tls is not None, bool(self.tls and self.tls.client_cert))
         raise TargetError(
-            f"Triton at {self.address} is not reachable over gRPC ({last or 'not live'})"
-            + tls_hint(last, self.tls is not None, bool(self.tls and self.tls.client_cert))
-        )
+            f"Triton at {self.address} is not reachable over gRPC ({last or 'not live'}){hint}")
 
     def model_info(self, name: str) -> ModelInfo | str:
         """ModelInfo for a ready model, or the server's reason as a string."""
         if not self.model_ready(name):
-            return (
-                "it is not loaded (explicit model control: load it first, "
-                "or use the embedded server)"
-            )
+            return self._why_not_ready(name)
         try:
             meta = self._call("ModelMetadata", service_pb2.ModelMetadataRequest(name=name), 5)
             cfg = self.config(name)
@@ -215,6 +222,24 @@ class ServerControl:
             corrid_type=corrid_type(cfg),
             backend=str(cfg.get("backend", "") or cfg.get("platform", "")),
         )
+
+    def _why_not_ready(self, name: str) -> str:
+        """The repository index's word on a model that is not ready: not in the repository
+        (with the names it has, nearest first), failed to load (Triton's reason), or not
+        loaded (explicit model control)."""
+        try:
+            index = self._call("RepositoryIndex", service_pb2.RepositoryIndexRequest(), 5)
+        except ControlError:
+            index = None
+        models = {m.name: m for m in index.models} if index is not None else {}
+        entry = models.get(name)
+        if index is not None and entry is None:
+            return (f"the repository has no model '{name}'{suggest(name, models)} (has: "
+                    f"{', '.join(sorted(models)) or 'none'})")
+        if entry is not None and entry.state == "UNAVAILABLE" and entry.reason:
+            return f"it failed to load: {entry.reason}"
+        return "it is not loaded (explicit model control: load it first, or use the embedded " \
+               "server)"
 
     def config(self, name: str) -> dict[str, Any]:
         resp = self._call("ModelConfig", service_pb2.ModelConfigRequest(name=name), 10)

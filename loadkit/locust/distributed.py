@@ -39,7 +39,7 @@ from loadkit.locust.local_drive import LocalDrive
 from loadkit.plan import Arrivals, Plan, Step, build_plan
 from loadkit.record import StepWindow
 from loadkit.run.drive import Collected
-from loadkit.scenario import Scenario, with_model_facts
+from loadkit.scenario import Scenario, with_inputs, with_model_facts
 
 log = logging.getLogger("loadkit.distributed")
 
@@ -131,6 +131,8 @@ class MasterDrive:
         self.fingerprint = fingerprint(scenario, self.plan)
         self.unbatched = sorted({t.model for t in scenario.requests.values() if not t.batched})
         self.decoupled = sorted({t.model for t in scenario.requests.values() if t.decoupled})
+        # templates completed from the model's metadata: workers complete theirs the same way
+        self.filled = {n: t.filled for n, t in scenario.requests.items() if t.filled}
         self.address = address
         self.events = events
         self.refused: dict[str, str] = {}  # worker -> why it did not join
@@ -173,7 +175,7 @@ class MasterDrive:
         self.runner.send_message(
             SETUP,
             {"address": self.address, "fingerprint": self.fingerprint,
-             "unbatched": self.unbatched, "decoupled": self.decoupled,
+             "unbatched": self.unbatched, "decoupled": self.decoupled, "filled": self.filled,
              "id_slice": [self._slots.setdefault(msg.node_id, len(self._slots)),
                           self.id_slice]},
             client_id=msg.node_id,
@@ -348,7 +350,9 @@ class WorkerAgent:
         return drive
 
     def _on_setup(self, environment: Any, msg: Any, **_: Any) -> None:
-        self.scenario = with_model_facts(self.file_scenario, msg.data.get("unbatched", []),
+        self.scenario = with_model_facts(with_inputs(self.file_scenario,
+                                                     msg.data.get("filled") or {}),
+                                         msg.data.get("unbatched", []),
                                          decoupled=msg.data.get("decoupled", []))
         self.plan = build_plan(self.scenario)
         differs = first_difference(fingerprint(self.scenario, self.plan),

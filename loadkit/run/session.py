@@ -10,10 +10,9 @@ from pathlib import Path
 
 from loadkit.control.client import ServerControl
 from loadkit.control.embedded import EmbeddedServer
-from loadkit.errors import ScenarioError
 from loadkit.scenario import (
     Scenario,
-    check_against_models,
+    checked_against,
     composing_models,
     decoupled_models,
     scripted_models,
@@ -51,11 +50,10 @@ class Session:
             self.address: str = address
             metrics = metrics_url or (self.server.metrics_url if self.server else None)
             self.control = ServerControl(address, scenario.target, metrics)
-            self.control.wait_live(timeout_s=live_timeout_s)
+            self.control.wait_live(timeout_s=live_timeout_s, say=say)
             infos = {m: self.control.model_info(m) for m in scenario.models}
-            problems = check_against_models(scenario, infos)
-            if problems:
-                raise ScenarioError(problems)
+            self.infos = infos
+            scenario = checked_against(scenario, infos)
             self.scenario = with_model_facts(scenario, unbatched_models(infos),
                                              composing_models(infos), decoupled_models(infos),
                                              scripted_models(infos))

@@ -7,11 +7,13 @@ model metadata that the control stage fetched.
 
 - model.py: the frozen specs (Scenario, RequestTemplate, TargetSpec, loads, thresholds);
 - checks.py: the Checker every section parses with (types, durations, sizes, files, ${VAR});
-- requests.py: requests and their inputs, the target, the mix;
+- requests.py: requests and their inputs, the mix (a template may leave inputs to the model);
+- target.py: the target (address, TLS, headers, transport, what to do when it is lost);
 - phases.py: phases, their loads, thresholds and requirements;
 - tune.py: the `tune:` section (searched config fields, objective, constraints, budget);
 - parse.py: load_scenario, the file through every section;
-- against_server.py: the scenario against the server's model metadata.
+- against_server.py: the scenario against the server's model metadata;
+- from_model.py: templates that leave inputs to the model, completed from its metadata.
 """
 
 from loadkit.scenario.against_server import (
@@ -23,6 +25,7 @@ from loadkit.scenario.against_server import (
     unbatched_models,
     with_model_facts,
 )
+from loadkit.scenario.from_model import checked_against, complete_from_models, with_inputs
 from loadkit.scenario.model import (
     ARRIVALS,
     AT_LEAST_METRICS,
@@ -63,6 +66,7 @@ __all__ = [
     "THRESHOLD_METRICS", "TRANSPORTS", "ConcurrencyLoad", "InputSpec", "ModelInfo", "PhaseSpec",
     "RateLoad", "RequestTemplate", "Requirements", "Scenario", "SequenceSpec", "TLSSpec",
     "Stability", "TargetSpec", "Threshold", "Thresholds", "check_against_models",
+    "checked_against", "complete_from_models", "with_inputs",
     "composing_models", "load_scenario", "parse_ramp", "parse_rate_ramp", "unbatched_models",
     "with_model_facts",
     "decoupled_models", "scripted_models", "Dimension", "Objective", "TuneSpec", "MAXIMIZED",

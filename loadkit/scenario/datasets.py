@@ -56,6 +56,43 @@ def read_dataset(path: Path, inputs: list[InputSpec], max_bytes: int) -> list[di
     return [_entry(i, e, inputs, path.suffix) for i, e in enumerate(raw)]
 
 
+def dataset_names(path: Path) -> list[str]:
+    """The input names a data set gives values for, read from the file itself (for a template
+    that takes its inputs from the model); [] when the file holds one unnamed input (a .npy,
+    or JSON Lines of bare values)."""
+    if path.is_dir():
+        return sorted({p.name.removesuffix(".npy") for p in path.iterdir() if p.is_file()})
+    suffix = path.suffix.lower()
+    if suffix == ".npy":
+        return []
+    if suffix == ".npz":
+        with np.load(path, allow_pickle=False) as loaded:
+            return list(loaded.files)
+    if suffix == ".jsonl":
+        with path.open(encoding="utf-8") as f:
+            for n, line in enumerate(f, 1):
+                if line.strip():
+                    try:
+                        first = json.loads(line)
+                    except json.JSONDecodeError as exc:
+                        raise DatasetError(f"{path.name}:{n}: not JSON ({exc.msg} at column "
+                                           f"{exc.colno})") from None
+                    return [str(k) for k in first] if isinstance(first, dict) else []
+        return []
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path.name}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, list) or not data:
+        raise DatasetError(f"{path.name}: expected perf_analyzer's form "
+                           '{"data": [{"INPUT": [...]}, ...]}')
+    first = data[0][0] if isinstance(data[0], list) and data[0] else data[0]
+    if not isinstance(first, dict):
+        raise DatasetError(f"{path.name}: data[0]: expected an object of input name -> data")
+    return [str(k) for k in first]
+
+
 def _raw_entries(path: Path, inputs: list[InputSpec]) -> list[Any]:
     names = [s.name for s in inputs]
     if path.is_dir():

@@ -112,6 +112,12 @@ class RequestTemplate:
     llm: Any = None  # an `llm:` template's facts (scenario/llm.py LlmSpec): token counts
     # decoupled models: (after N responses, share of requests) cancelled by the client
     cancel: tuple[int, float] | None = None
+    # a template that leaves inputs to the model's metadata: its raw mapping, parsed again
+    # once the server says what the model takes (scenario/from_model.py); None when complete
+    pending: Any = field(default=None, repr=False, compare=False)
+    # a completed template's `inputs:` as it would be written (`loadkit init` writes it; a
+    # master sends it to its workers)
+    filled: Any = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ from loadkit.scenario.model import (
     Thresholds,
 )
 from loadkit.scenario.phases import _phases, _thresholds
-from loadkit.scenario.requests import _mix, _target, _template
+from loadkit.scenario.requests import _mix, _template
 from loadkit.scenario.source import load_yaml
+from loadkit.scenario.target import _target
 from loadkit.scenario.tune import parse_tune
 
 TOP_KEYS = (
@@ -77,9 +78,9 @@ def load_scenario(path: str | Path) -> Scenario:
     if "goodput" not in top:
         where = [(("thresholds",), thresholds)] + [(("phases", i, "thresholds"), ph.thresholds)
                                                    for i, ph in enumerate(phases)]
-        for path, ts in where:
+        for key, ts in where:
             if ts is not None and any(t.metric == "goodput_min" for t in ts.items):
-                ck.add((*path, "goodput_min"), "goodput_min needs the scenario's goodput: "
+                ck.add((*key, "goodput_min"), "goodput_min needs the scenario's goodput: "
                        "{first_response: ..., inter_response: ...} to say which requests are "
                        "good; found no goodput")
     if thresholds is not None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import re
 from typing import Any
 
 import numpy as np
@@ -12,6 +11,7 @@ from loadkit.errors import suggest
 from loadkit.scenario.checks import Checker, found
 from loadkit.scenario.datasets import (
     DatasetError,
+    dataset_names,
     read_dataset,
     read_expected,
     sequence_lengths,
@@ -25,20 +25,18 @@ from loadkit.scenario.model import (
     DTYPES,
     MAX_POOL,
     ORDERS,
-    SERVER_LOSS_POLICIES,
-    SERVER_LOSS_WAIT_S,
-    TRANSPORTS,
     DatasetSpec,
     InputSpec,
     RequestTemplate,
-    TargetSpec,
-    TLSSpec,
 )
 from loadkit.scenario.sequences import sequence_spec
 from loadkit.scenario.source import KeyPath
 
 
-def _inputs(ck: Checker, raw: Any, path: KeyPath) -> tuple[InputSpec, ...]:
+def _inputs(ck: Checker, raw: Any, path: KeyPath, partial: bool = False
+            ) -> tuple[InputSpec, ...]:
+    """The template's inputs. `partial`: the template is completed from the model's metadata
+    later (scenario/from_model.py), so an input may leave out its dtype and shape."""
     if not isinstance(raw, dict) or not raw:
         ck.add(
             path, f"expected a mapping of input name -> {{dtype, shape, data}}; found {found(raw)}"
@@ -48,9 +46,13 @@ def _inputs(ck: Checker, raw: Any, path: KeyPath) -> tuple[InputSpec, ...]:
     for name, spec in raw.items():
         p = (*path, name)
         m = ck.mapping(spec, p, ("dtype", "shape", "shapes", "data", "value", "seed", "file",
-                                 "length"), ("dtype",))
+                                 "length"), () if partial else ("dtype",))
         if m is None:
             continue
+        if partial and "dtype" not in m:
+            m = {**m, "dtype": "BYTES" if isinstance(m.get("value"), str) else "FP32"}
+            if "shape" not in m and "shapes" not in m:
+                m["shape"] = [1]  # a stand-in for the offline checks; the model's comes later
         dtype = m.get("dtype")
         dtype = DTYPE_ALIASES.get(dtype, dtype) if isinstance(dtype, str) else dtype
         if dtype is not None and dtype not in DTYPES:
@@ -197,8 +199,8 @@ def _template(ck: Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplat
     if "llm" in m:
         return llm_request(ck, name, m, path, ck.choice(m, "order", path, ORDERS, "sequential"),
                            _parameters(ck, m.get("parameters"), (*path, "parameters")))
-    if "inputs" not in m:
-        ck.add(path, "missing required key 'inputs' (or 'llm' for an LLM template)")
+    if from_model(m):
+        return _pending(ck, name, m, path)
     model = ck.string(m.get("model"), (*path, "model"), "a model name") if "model" in m else None
     version = m.get("version", "")
     if isinstance(version, int) and not isinstance(version, bool):
@@ -259,6 +261,43 @@ def _template(ck: Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplat
         ck.add((*path, "pool"), f"{pool} requests of ~{size_text(request_bytes(template))} are "
                                 f"above the limit of {size_text(limit)} held in memory")
     return template
+
+
+def from_model(m: dict[str, Any]) -> bool:
+    """A template without `inputs:`, or with an input that leaves out its dtype, takes what
+    it leaves out from the model's metadata, as perf_analyzer does."""
+    raw = m.get("inputs")
+    return "inputs" not in m or isinstance(raw, dict) and any(
+        isinstance(v, dict) and "dtype" not in v for v in raw.values())
+
+
+def _pending(ck: Checker, name: str, m: dict[str, Any], path: KeyPath) -> RequestTemplate | None:
+    """A template to be completed from the model's metadata. Offline, what stands without the
+    model is checked: its inputs as far as given, that the data set can be read, and the other
+    keys (parsed with a stand-in input); the whole template is parsed again, with the model's
+    inputs, once the server is asked (scenario/from_model.py)."""
+    if "inputs" in m:
+        _inputs(ck, m["inputs"], (*path, "inputs"), partial=True)
+    if "dataset" in m:
+        raw = m["dataset"]
+        file = raw.get("file") if isinstance(raw, dict) else raw
+        resolved = (ck.base_dir / file).resolve() if isinstance(file, str) else None
+        if resolved is None or not resolved.exists():
+            ck.add((*path, "dataset"), f"file not found: {file} (resolved to {resolved})")
+        else:
+            try:
+                dataset_names(resolved)
+            except (DatasetError, OSError, ValueError) as exc:
+                ck.add((*path, "dataset"), f"{file}: {exc}")
+    stand_in = {k: v for k, v in m.items() if k not in ("inputs", "dataset", "validate",
+                                                         "sequence")}
+    checked = Checker(ck.src, ck.base_dir)
+    template = _template(checked, name, {**stand_in, "inputs": {"_": {"dtype": "FP32",
+                                                                      "shape": [1]}}}, path)
+    ck.problems += checked.problems
+    if template is None or checked.problems:
+        return None
+    return dataclasses.replace(template, inputs=(), pending=dict(m))
 
 
 def _check_batches(ck: Checker, path: KeyPath, dataset: DatasetSpec, batch: int) -> None:
@@ -342,72 +381,6 @@ def _parameters(ck: Checker, raw: Any, path: KeyPath) -> tuple[tuple[str, Any], 
             continue
         out.append((str(key), value))
     return tuple(out)
-
-
-def _target(ck: Checker, raw: Any) -> TargetSpec:
-    path: KeyPath = ("target",)
-    m = ck.mapping(
-        raw, path, ("grpc", "tls", "headers", "timeout", "metrics", "transport",
-                    "on_server_loss", "server_loss_wait", "reload_timeout", "max_message_size",
-                    "shared"),
-    )
-    if m is None:
-        return TargetSpec()
-    grpc_addr = None
-    if "grpc" in m:
-        grpc_addr = ck.string(m["grpc"], (*path, "grpc"), "a host:port such as 127.0.0.1:8001")
-        if grpc_addr and not re.match(r"^[\w.\-\[\]:]+:\d+$", grpc_addr):
-            ck.add(
-                (*path, "grpc"), f"expected host:port such as 127.0.0.1:8001; found {grpc_addr!r}"
-            )
-    tls = None
-    if "tls" in m:
-        t = ck.mapping(m["tls"], (*path, "tls"), ("root_certs", "client_cert", "client_key"))
-        if t is not None:
-            files = {
-                k: ck.file(v, (*path, "tls", k))
-                for k, v in t.items()
-                if k in TLSSpec.__annotations__
-            }
-            if ("client_cert" in t) != ("client_key" in t):
-                ck.add((*path, "tls"), "client_cert and client_key go together")
-            tls = TLSSpec(**files)
-    headers: list[tuple[str, str]] = []
-    if "headers" in m:
-        h = m["headers"]
-        if not isinstance(h, dict):
-            ck.add((*path, "headers"), f"expected a mapping of header -> value; found {found(h)}")
-        else:
-            for k, v in h.items():
-                if not isinstance(v, str):
-                    ck.add((*path, "headers", k), f"expected a string; found {found(v)}")
-                    continue
-                headers.append((k.lower(), ck.env(v, (*path, "headers", k))))
-    timeout = ck.duration(m["timeout"], (*path, "timeout"), False) if "timeout" in m else 10.0
-    metrics = None
-    if "metrics" in m:
-        metrics = ck.string(m["metrics"], (*path, "metrics"), "a URL such as http://host:8002/metrics")
-        if metrics and not re.match(r"^https?://[^\s/]+(/\S*)?$", metrics):
-            ck.add(
-                (*path, "metrics"),
-                f"expected a URL such as http://127.0.0.1:8002/metrics; found {metrics!r}",
-            )
-            metrics = None
-    transport = ck.choice(m, "transport", path, TRANSPORTS, "stream")
-    policy = ck.choice(m, "on_server_loss", path, SERVER_LOSS_POLICIES, "abort")
-    wait_s = SERVER_LOSS_WAIT_S[policy]
-    if "server_loss_wait" in m:
-        wait_s = ck.duration(m["server_loss_wait"], (*path, "server_loss_wait"), False) or wait_s
-    reload_s = 120.0
-    if "reload_timeout" in m:
-        reload_s = ck.duration(m["reload_timeout"], (*path, "reload_timeout"), False) or reload_s
-    max_bytes = 4 << 20
-    if "max_message_size" in m:
-        max_bytes = ck.size(m["max_message_size"], (*path, "max_message_size")) or max_bytes
-    return TargetSpec(
-        grpc_addr, tls, tuple(headers), timeout or 10.0, tuple(ck.secrets), metrics, transport,
-        policy, wait_s, reload_s, max_bytes, ck.boolean(m, "shared", path, False),
-    )
 
 
 def _mix(ck: Checker, raw: Any, names: list[str],

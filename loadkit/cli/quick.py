@@ -1,0 +1,148 @@
+"""`loadkit run -m MODEL` and `loadkit init -m MODEL`: perf_analyzer's zero-config start. The
+flags keep perf_analyzer's meanings (-m, -b, --shape, --input-data, --concurrency-range,
+--request-rate-range, -u, -p) and become an ordinary scenario, written into the report folder
+(or, by `init`, to a file to edit), so every later feature applies to it unchanged."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from loadkit.errors import LoadkitError
+
+
+def add_model_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("without a scenario file (perf_analyzer's flags and meanings)")
+    g.add_argument("-m", "--model-name", dest="model", metavar="MODEL",
+                   help="load this model with inputs from its metadata (no scenario file)")
+    g.add_argument("-x", "--model-version", dest="model_version", default="", metavar="V",
+                   help="with -m: the model version (default: the server's choice)")
+    g.add_argument("-b", "--batch-size", dest="batch_size", type=int, default=1, metavar="N",
+                   help="with -m: batch size of each request (default 1)")
+    g.add_argument("--shape", action="append", default=[], metavar="NAME:D1,D2",
+                   help="with -m: the shape of an input with a variable dimension (repeatable)")
+    g.add_argument("--input-data", metavar="FILE|random|zero",
+                   help="with -m: perf_analyzer's --input-data JSON (or .jsonl/.npz/folder), "
+                        "or random (default) or zero data")
+    load = g.add_mutually_exclusive_group()
+    load.add_argument("--concurrency", "--concurrency-range", dest="concurrency",
+                      metavar="START:END:STEP",
+                      help="with -m: closed loop, e.g. 8 or 1:16:2 (default 1)")
+    load.add_argument("--rate", "--request-rate-range", dest="rate", metavar="START:END:STEP",
+                      help="with -m: open loop in requests/s, e.g. 100:500:100")
+    g.add_argument("--step-duration", default="5s", metavar="DURATION",
+                   help="with -m: measured time of each load level (default 5s, perf_analyzer's "
+                        "measurement interval)")
+    g.add_argument("-p", "--measurement-interval", dest="measurement_ms", type=int,
+                   metavar="MS", help="with -m: --step-duration in milliseconds")
+    g.add_argument("--warmup", default="1s", metavar="DURATION",
+                   help="with -m: unmeasured time before each load level (default 1s)")
+
+
+def scenario_data(args: argparse.Namespace, base: Path) -> dict[str, Any]:
+    """The scenario the -m flags describe; `base` is the folder the scenario file will be in
+    (the data set path is written relative to it, or absolute)."""
+    from loadkit.scenario import parse_ramp, parse_rate_ramp
+
+    model = args.model
+    if not re.match(r"^[\w.\-]+$", model):
+        raise LoadkitError(f"-m: expected a model name; found {model!r}")
+    if args.batch_size < 1:
+        raise LoadkitError(f"-b: expected a batch size of at least 1; found {args.batch_size}")
+    template: dict[str, Any] = {"model": model}
+    if args.model_version:
+        template["version"] = args.model_version
+    if args.batch_size != 1:
+        template["batch_size"] = args.batch_size
+    inputs = _shapes(args.shape)
+    data = args.input_data
+    if data in ("zero", "zeros"):
+        if not inputs:
+            raise LoadkitError("--input-data zero: loadkit needs the inputs' names for zero "
+                               "data; give each a --shape NAME:DIMS, or edit `loadkit init`'s "
+                               "scenario (inputs: {NAME: {data: zeros}})")
+        inputs = {n: {**v, "data": "zeros"} for n, v in inputs.items()}
+    elif data and data != "random":
+        file = Path(data)
+        if not file.exists():
+            raise LoadkitError(f"--input-data: file not found: {data}")
+        template["dataset"] = _relative(file.resolve(), base)
+    if inputs:
+        template["inputs"] = inputs
+    if args.rate:
+        rate = _number(args.rate)
+        if parse_rate_ramp(rate)[1]:
+            raise LoadkitError(f"--rate: {parse_rate_ramp(rate)[1]}")
+        load: dict[str, Any] = {"rate": rate}
+    else:
+        level = _number(args.concurrency or "1")
+        if parse_ramp(level)[1]:
+            raise LoadkitError(f"--concurrency: {parse_ramp(level)[1]}")
+        load = {"concurrency": level}
+    step = f"{args.measurement_ms}ms" if args.measurement_ms else args.step_duration
+    load |= {"step_duration": step, "warmup": args.warmup}
+    out: dict[str, Any] = {"name": model}
+    if getattr(args, "target", None):
+        out["target"] = {"grpc": args.target}
+    out |= {"requests": {model: template},
+            "phases": [{"name": "rate" if args.rate else "concurrency", "load": load}]}
+    return out
+
+
+def _number(text: str) -> Any:
+    """'8' -> 8, '12.5' -> 12.5; a range such as '1:16:2' stays text."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def _shapes(specs: list[str]) -> dict[str, dict[str, Any]]:
+    """perf_analyzer's `--shape NAME:D1,D2` -> {NAME: {shape: [D1, D2]}}."""
+    out: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        name, _, dims = spec.rpartition(":")
+        try:
+            shape = [int(d) for d in dims.split(",")]
+        except ValueError:
+            shape = []
+        if not name or not shape or min(shape) < 1:
+            raise LoadkitError(f"--shape: expected NAME:D1,D2,... with positive dimensions, "
+                               f"such as INPUT0:3,224,224; found {spec!r}")
+        out[name] = {"shape": shape}
+    return out
+
+
+def _relative(file: Path, base: Path) -> str:
+    try:
+        return str(file.relative_to(base.resolve()))
+    except ValueError:
+        return str(file)
+
+
+def scenario_text(data: dict[str, Any], header: str) -> str:
+    body = yaml.safe_dump(data, sort_keys=False, default_flow_style=None, width=100)
+    return f"# {header}\n{body}"
+
+
+def command_line() -> str:
+    return "loadkit " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+
+
+def write_scenario(args: argparse.Namespace, out_dir: Path) -> Path:
+    """`run -m`: the scenario the flags describe, written into the report folder (the report
+    then says exactly what ran, and `loadkit run out/scenario.yaml` runs it again)."""
+    text = scenario_text(scenario_data(args, out_dir), f"what `{command_line()}` ran (inputs "
+                         "from the model's metadata; `loadkit init` writes them out)")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / "scenario.yaml"
+    path.write_text(text)
+    return path

@@ -1,0 +1,82 @@
+"""The scenario's `target:` section: where load goes and how the client talks to it."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from loadkit.scenario.checks import Checker, found
+from loadkit.scenario.model import (
+    SERVER_LOSS_POLICIES,
+    SERVER_LOSS_WAIT_S,
+    TRANSPORTS,
+    TargetSpec,
+    TLSSpec,
+)
+from loadkit.scenario.source import KeyPath
+
+
+def _target(ck: Checker, raw: Any) -> TargetSpec:
+    path: KeyPath = ("target",)
+    m = ck.mapping(
+        raw, path, ("grpc", "tls", "headers", "timeout", "metrics", "transport",
+                    "on_server_loss", "server_loss_wait", "reload_timeout", "max_message_size",
+                    "shared"),
+    )
+    if m is None:
+        return TargetSpec()
+    grpc_addr = None
+    if "grpc" in m:
+        grpc_addr = ck.string(m["grpc"], (*path, "grpc"), "a host:port such as 127.0.0.1:8001")
+        if grpc_addr and not re.match(r"^[\w.\-\[\]:]+:\d+$", grpc_addr):
+            ck.add(
+                (*path, "grpc"), f"expected host:port such as 127.0.0.1:8001; found {grpc_addr!r}"
+            )
+    tls = None
+    if "tls" in m:
+        t = ck.mapping(m["tls"], (*path, "tls"), ("root_certs", "client_cert", "client_key"))
+        if t is not None:
+            files = {
+                k: ck.file(v, (*path, "tls", k))
+                for k, v in t.items()
+                if k in TLSSpec.__annotations__
+            }
+            if ("client_cert" in t) != ("client_key" in t):
+                ck.add((*path, "tls"), "client_cert and client_key go together")
+            tls = TLSSpec(**files)
+    headers: list[tuple[str, str]] = []
+    if "headers" in m:
+        h = m["headers"]
+        if not isinstance(h, dict):
+            ck.add((*path, "headers"), f"expected a mapping of header -> value; found {found(h)}")
+        else:
+            for k, v in h.items():
+                if not isinstance(v, str):
+                    ck.add((*path, "headers", k), f"expected a string; found {found(v)}")
+                    continue
+                headers.append((k.lower(), ck.env(v, (*path, "headers", k))))
+    timeout = ck.duration(m["timeout"], (*path, "timeout"), False) if "timeout" in m else 10.0
+    metrics = None
+    if "metrics" in m:
+        metrics = ck.string(m["metrics"], (*path, "metrics"), "a URL such as http://host:8002/metrics")
+        if metrics and not re.match(r"^https?://[^\s/]+(/\S*)?$", metrics):
+            ck.add(
+                (*path, "metrics"),
+                f"expected a URL such as http://127.0.0.1:8002/metrics; found {metrics!r}",
+            )
+            metrics = None
+    transport = ck.choice(m, "transport", path, TRANSPORTS, "stream")
+    policy = ck.choice(m, "on_server_loss", path, SERVER_LOSS_POLICIES, "abort")
+    wait_s = SERVER_LOSS_WAIT_S[policy]
+    if "server_loss_wait" in m:
+        wait_s = ck.duration(m["server_loss_wait"], (*path, "server_loss_wait"), False) or wait_s
+    reload_s = 120.0
+    if "reload_timeout" in m:
+        reload_s = ck.duration(m["reload_timeout"], (*path, "reload_timeout"), False) or reload_s
+    max_bytes = 4 << 20
+    if "max_message_size" in m:
+        max_bytes = ck.size(m["max_message_size"], (*path, "max_message_size")) or max_bytes
+    return TargetSpec(
+        grpc_addr, tls, tuple(headers), timeout or 10.0, tuple(ck.secrets), metrics, transport,
+        policy, wait_s, reload_s, max_bytes, ck.boolean(m, "shared", path, False),
+    )
