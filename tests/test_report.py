@@ -55,7 +55,7 @@ def test_build_deltas_best_phases_and_not_measured() -> None:
     assert row.changes["throughput"]["delta_pct"] == 150.0
     assert row.changes["p99"]["delta_pct"] == -50.0
     assert row.changes["throughput"]["verdict"] == row.changes["p99"]["verdict"] == "better"
-    assert row.point.avg_batch == 4.0 and row.point.compute_us == 52.0
+    assert [(f.model, f.avg_batch, f.compute_us) for f in row.point.server] == [("m", 4.0, 52.0)]
     assert cmp.best_throughput[0] == "batch" and cmp.best_p99[:2] == ("batch", "8")
     md = comparison_table(cmp)
     assert "| 8 | batch | 500.0 | +150.0% [+" in md  # never a bare percentage

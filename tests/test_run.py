@@ -82,8 +82,47 @@ def test_report_files_and_saved_histograms(mix_run) -> None:
         saved = hist["only"][str(step["index"])]
         assert sum(decode(v).get_total_count() for v in saved.values()) == step["requests"]
     summary = (out / "summary.md").read_text()
-    assert "| concurrency | infer/s | p50 | p90 | p95 | p99 | p99.9 | max | errors |" in summary
+    assert ("| concurrency | infer/s | mean | p50 | p90 | p95 | p99 | p99.9 | max | errors |"
+            in summary)
     assert "report:" in mix_run["proc"].stdout
+    # two templates: the merged row says `all`, each template has its own row and numbers
+    step = mix_run["results"]["phases"][0]["steps"][0]
+    load = step["load"]["concurrency"]
+    dense = step["client"]["dense_b1"]["latency_us"]
+    assert f"| {load} all | {step['throughput']:.1f}" in summary
+    assert f"| {load} dense_b1 | " in summary and f"| {load} cnn_b4 | " in summary
+    assert f"| {dense['mean'] / 1000:.3f} | {dense['p50'] / 1000:.3f} |" in summary
+    comparison = (out / "comparison.md").read_text()
+    assert "| dense_b1 (dense) |" in comparison and "cnn: batch 4.00" in comparison
+    assert "dense: batch 1.00" in comparison  # per model, never blended
+
+
+def test_steps_csv_has_perf_analyzers_columns(mix_run) -> None:
+    """perf_analyzer 2.34's `-f` header (bench/.tools/perf_analyzer -f, concurrency mode):
+    every column loadkit measures keeps its name; one row per step and template."""
+    import csv
+
+    header = ("Concurrency,Inferences/Second,Client Send,Network+Server Send/Recv,"
+              "Server Queue,Server Compute Input,Server Compute Infer,"
+              "Server Compute Output,Client Recv,p50 latency,p90 latency,p95 latency,"
+              "p99 latency")
+    perf_analyzer = set(header.split(","))
+    not_measured = {"Client Send", "Network+Server Send/Recv", "Client Recv"}
+    rows = list(csv.DictReader((mix_run["out"] / "steps.csv").open()))
+    assert perf_analyzer - not_measured <= set(rows[0])
+    steps = mix_run["results"]["phases"][0]["steps"]
+    assert len(rows) == sum(len(s["client"]) for s in steps)
+    for row in rows:
+        step = steps[int(row["Step"]) - 1]
+        client = step["client"][row["Template"]]
+        assert int(row["Requests"]) == client["requests"]
+        assert int(row["p99 latency"]) == round(client["latency_us"]["p99"])
+        assert int(row["Concurrency"]) == step["load"]["concurrency"]
+        batch = 4 if row["Template"] == "cnn_b4" else 1
+        assert float(row["Inferences/Second"]) == pytest.approx(
+            client["requests"] * batch / step["duration_s"], abs=0.01)
+        server = step["server"][row["Model"]]
+        assert int(row["Server Queue"]) == round(server["queue_us"])
 
 
 def test_requests_to_a_missing_model_are_counted_as_errors(triton, control, tmp_path) -> None:

@@ -21,6 +21,22 @@ from loadkit.stats import text as change_text
 
 
 @dataclass(frozen=True)
+class ServerFigures:
+    """One model's statistics over a step: average batch, queue and compute (input + infer +
+    output) per request, in µs."""
+
+    model: str
+    avg_batch: float | None
+    queue_us: float
+    compute_us: float
+
+    def text(self) -> str:
+        batch = "-" if self.avg_batch is None else f"{self.avg_batch:.2f}"
+        return f"{self.model}: batch {batch}, queue {self.queue_us:.0f}, compute " \
+               f"{self.compute_us:.0f}"
+
+
+@dataclass(frozen=True)
 class Point:
     """One measured step of one entry."""
 
@@ -31,9 +47,11 @@ class Point:
     requests: int
     errors: int
     latency_us: dict[str, float]
-    avg_batch: float | None
-    queue_us: float | None
-    compute_us: float | None
+    # Triton's own figures per model (never blended: a batching model beside one that does
+    # not would read as batching that never happened)
+    server: tuple[ServerFigures, ...]
+    # per template: (name, model, infer/s, latency_us, errors), when the step sent several
+    templates: tuple[tuple[str, str, float, dict[str, float], int], ...] = ()
     histogram: HdrHistogram | None = field(default=None, repr=False, compare=False)
     # a streaming step's first_response_us, inter_response_us, tokens/s, goodput (or {})
     streaming: dict[str, Any] = field(default_factory=dict, compare=False)
@@ -124,20 +142,36 @@ def _load_key(load: dict[str, Any]) -> tuple[float, ...]:
     return tuple(float(v) for v in load.values() if isinstance(v, (int, float)))
 
 
-def _server(step: dict[str, Any]) -> tuple[float | None, float | None, float | None]:
-    """(avg batch, queue us, compute us) over every model the step touched, request-weighted."""
-    models = [s for s in step.get("server", {}).values() if s.get("success", 0) > 0]
-    if not models:
-        return None, None, None
-    success = sum(s["success"] for s in models)
-    execs = sum(s["exec_count"] for s in models)
-    batch = round(sum(s["inference_count"] for s in models) / execs, 3) if execs else None
+def _server(step: dict[str, Any]) -> tuple[ServerFigures, ...]:
+    """Each model the step touched, from Triton's statistics."""
+    out = []
+    for model, s in step.get("server", {}).items():
+        if s.get("success", 0) <= 0:
+            continue
+        execs = s.get("exec_count", 0)
+        out.append(ServerFigures(
+            model, round(s["inference_count"] / execs, 3) if execs else None,
+            round(s["queue_us"], 1),
+            round(s["compute_input_us"] + s["compute_infer_us"] + s["compute_output_us"], 1)))
+    return tuple(out)
 
-    def weighted(*keys: str) -> float:
-        return round(sum(s["success"] * sum(s[k] for k in keys) for s in models) / success, 1)
 
-    compute = weighted("compute_input_us", "compute_infer_us", "compute_output_us")
-    return batch, weighted("queue_us"), compute
+def _templates(step: dict[str, Any], scenario: dict[str, Any]
+               ) -> tuple[tuple[str, str, float, dict[str, float], int], ...]:
+    """Each template's own numbers, when the step sent more than one."""
+    client = step.get("client", {})
+    if len(client) < 2:
+        return ()
+    raw = scenario.get("requests", {}) if isinstance(scenario, dict) else {}
+    seconds = step.get("duration_s") or 0
+    out = []
+    for name, c in client.items():
+        t = raw.get(name, {}) if isinstance(raw.get(name), dict) else {}
+        batch = t.get("batch_size", 1) if isinstance(t.get("batch_size", 1), int) else 1
+        rate = c["requests"] * batch / seconds if seconds else 0.0
+        out.append((name, str(t.get("model", "")), round(rate, 1), c["latency_us"],
+                    int(c.get("errors", 0) or 0)))
+    return tuple(out)
 
 
 def merge_encoded(histograms: dict[str, str]) -> HdrHistogram:
@@ -148,7 +182,7 @@ def merge_encoded(histograms: dict[str, str]) -> HdrHistogram:
 
 
 def _entry(label: str, phase: dict[str, Any], hists: dict[str, dict[str, str]],
-           run: str = "") -> Entry:
+           run: str = "", scenario: dict[str, Any] | None = None) -> Entry:
     points = []
     for s in phase["steps"]:
         encoded = hists.get(str(s["index"]), {})
@@ -156,7 +190,6 @@ def _entry(label: str, phase: dict[str, Any], hists: dict[str, dict[str, str]],
         # The percentiles are recomputed from the saved HDR data, so a report can only ever
         # show what the histograms hold.
         lat = latency_summary(h) if h.get_total_count() else s["latency_us"]
-        batch, queue, compute = _server(s)
         points.append(
             Point(
                 load=load_label(s["load"]),
@@ -166,9 +199,8 @@ def _entry(label: str, phase: dict[str, Any], hists: dict[str, dict[str, str]],
                 requests=int(s["requests"]),
                 errors=int(sum(s.get("errors", {}).values())),
                 latency_us=lat,
-                avg_batch=batch,
-                queue_us=queue,
-                compute_us=compute,
+                server=_server(s),
+                templates=_templates(s, scenario or {}),
                 histogram=h if h.get_total_count() else None,
                 streaming=s.get("streaming", {}),
                 raw={**s, "run": run},
@@ -190,7 +222,8 @@ def build(
     for label, results, hists in runs:
         for phase in results["phases"]:
             name = f"{label}/{phase['name']}" if label else phase["name"]
-            entries.append(_entry(name, phase, hists.get(phase["name"], {}), label))
+            entries.append(_entry(name, phase, hists.get(phase["name"], {}), label,
+                                  results.get("scenario")))
     measured = [e for e in entries if e.points]
     keys: dict[str, tuple[float, ...]] = {}
     for e in measured:

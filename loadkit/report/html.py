@@ -12,7 +12,7 @@ from loadkit.report import streaming
 from loadkit.report import tune as tune_report
 from loadkit.report.compare import Comparison, Row, highlights, load_label
 from loadkit.report.markdown import verdict_note, warnings
-from loadkit.report.units import ms
+from loadkit.report.units import LATENCY_COLUMNS, ms
 from loadkit.stats import text as change_text
 
 CSS = """
@@ -24,6 +24,7 @@ th{background:#f3f3f3} td.l,th.l{text-align:left}
 img{max-width:100%;border:1px solid #eee;margin:.4em 0}
 pre{background:#f7f7f7;padding:.6em;overflow:auto;font-size:12px}
 ul.warnings{color:#b3261e}
+tr.sub td{color:#555;font-size:13px}
 .status-failed,.status-aborted{color:#b3261e}.status-skipped,.status-partial{color:#946200}
 """
 
@@ -49,20 +50,27 @@ def _comparison(cmp: Comparison) -> list[str]:
         f"{escape(verdict_note(cmp))}</p>",
         *[f"<p class=warn>WARNING: {escape(w)}.</p>" for w in cmp.warnings],
         "<table><tr><th>load</th><th class=l>phase</th><th>infer/s</th><th>Δ infer/s</th>"
-        "<th>p50</th><th>p99</th><th>Δ p99</th><th>p99.9</th><th>avg batch</th>"
-        "<th>queue µs</th><th>compute µs</th><th>errors</th></tr>",
+        + "".join(f"<th>{h}</th>" for _, h in LATENCY_COLUMNS)
+        + "<th>Δ p99</th><th>errors</th><th class=l>server, per model (batch, queue µs, "
+        "compute µs)</th></tr>",
     ]
     for r in cmp.rows:
         p, lat = r.point, r.point.latency_us
         partial = " (partial)" if p.status != "ok" else ""
+        server = "<br>".join(escape(f.text()) for f in p.server) or "-"
         out.append(
-            f"<tr><td>{escape(r.load)}</td><td class=l>{escape(r.entry)}{partial}</td>"
+            f"<tr><td>{escape(r.load)}</td><td class=l>{escape(r.entry)}{partial}"
+            f"{' (all templates)' if p.templates else ''}</td>"
             f"<td>{p.infer_s:.1f}</td>{_delta(r, 'throughput')}"
-            f"<td>{ms(lat['p50'])}</td><td>{ms(lat['p99'])}</td>"
-            f"{_delta(r, 'p99')}<td>{ms(lat['p999'])}</td>"
-            f"<td>{_num(p.avg_batch, '.2f')}</td><td>{_num(p.queue_us, '.0f')}</td>"
-            f"<td>{_num(p.compute_us, '.0f')}</td><td>{p.errors}</td></tr>"
+            + "".join(f"<td>{ms(lat.get(k, 0.0))}</td>" for k, _ in LATENCY_COLUMNS)
+            + f"{_delta(r, 'p99')}<td>{p.errors}</td><td class=l>{server}</td></tr>"
         )
+        for name, model, rate, lat_t, errors in p.templates:
+            out.append(
+                f"<tr class=sub><td></td><td class=l>↳ {escape(name)} ({escape(model)})</td>"
+                f"<td>{rate:.1f}</td><td></td>"
+                + "".join(f"<td>{ms(lat_t.get(k, 0.0))}</td>" for k, _ in LATENCY_COLUMNS)
+                + f"<td></td><td>{errors}</td><td></td></tr>")
     out.append("</table><ul>")
     out += [
         f"<li>{escape(pre)}<b>{escape(label)}</b>{escape(post)}</li>"

@@ -9,7 +9,7 @@ from loadkit.report import streaming
 from loadkit.report import tune as tune_report
 from loadkit.report.compare import Comparison, Row, highlights, load_label
 from loadkit.report.timeline import error_notes
-from loadkit.report.units import ms
+from loadkit.report.units import LATENCY_COLUMNS, ms
 from loadkit.run.accounting import first_message
 from loadkit.slo import fmt_value
 from loadkit.slo import table as threshold_table
@@ -74,6 +74,32 @@ def _server_cell(step: dict[str, Any]) -> str:
     return "; ".join(parts) or "-"
 
 
+def _step_rows(s: dict[str, Any], scenario: dict[str, Any]) -> list[str]:
+    """A step's row; where it sent several templates, the row says `all` (their requests
+    merged) and each template's own row follows."""
+    lat = s["latency_us"]
+    label = load_label(s["load"]) + (" (partial)" if s["status"] != "ok" else "")
+    cells = [f"{ms(lat[k])}{_pm(s, k) if k == 'p99' else ''}" for k, _ in LATENCY_COLUMNS]
+    templates = s.get("client", {})
+    merged = len(templates) > 1
+    out = [f"| {label}{' all' if merged else ''} | {s['throughput']:.1f}"
+           f"{_pm(s, 'throughput')} | {' | '.join(cells)} | {ms(lat['max'])} | {_errors(s)} | "
+           f"{_server_cell(s)} |"]
+    if not merged:
+        return out
+    raw = scenario.get("requests", {}) if isinstance(scenario, dict) else {}
+    for name, c in templates.items():
+        t = raw.get(name) if isinstance(raw.get(name), dict) else {}
+        batch = t.get("batch_size", 1) if isinstance(t.get("batch_size", 1), int) else 1
+        rate = c["requests"] * batch / s["duration_s"] if s.get("duration_s") else 0.0
+        lat_t = c["latency_us"]
+        out.append(f"| {label} {name} | {rate:.1f} | "
+                   + " | ".join(ms(lat_t.get(k, 0.0)) for k, _ in LATENCY_COLUMNS)
+                   + f" | {ms(lat_t.get('max', 0.0))} | {c.get('errors', 0)} | "
+                     f"{t.get('model', '')} |")
+    return out
+
+
 def summary_table(results: dict[str, Any]) -> str:
     """The per-step table: concurrency | infer/s | p50 | ... | errors, one block per phase."""
     out = [f"# {results['scenario_name']}: {results['status']}", ""]
@@ -101,17 +127,12 @@ def summary_table(results: dict[str, Any]) -> str:
         open_steps = [s for s in phase["steps"] if s.get("open_loop")]
         head = "load" if open_steps else "concurrency"
         out += [
-            f"| {head} | infer/s | p50 | p90 | p95 | p99 | p99.9 | max | errors | server |",
-            "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|",
+            f"| {head} | infer/s | " + " | ".join(h for _, h in LATENCY_COLUMNS) +
+            " | max | errors | server, per model |",
+            "|---:|---:|" + "---:|" * (len(LATENCY_COLUMNS) + 1) + "---|---|",
         ]
         for s in phase["steps"]:
-            lat = s["latency_us"]
-            label = load_label(s["load"]) + (" (partial)" if s["status"] != "ok" else "")
-            out.append(
-                f"| {label} | {s['throughput']:.1f}{_pm(s, 'throughput')} | {ms(lat['p50'])} | "
-                f"{ms(lat['p90'])} | {ms(lat['p95'])} | {ms(lat['p99'])}{_pm(s, 'p99')} | "
-                f"{ms(lat['p999'])} | {ms(lat['max'])} | {_errors(s)} | {_server_cell(s)} |"
-            )
+            out += _step_rows(s, results.get("scenario", {}))
         out.append("")
         out += _error_notes(phase["steps"])
         out += _generator_note(phase["steps"])
@@ -303,6 +324,26 @@ def _streaming_comparison(cmp: Comparison) -> list[str]:
     return [*out, ""]
 
 
+def latency_cells(lat: dict[str, float]) -> str:
+    """The latency columns every table shows, in ms."""
+    return " | ".join(ms(lat.get(k, 0.0)) for k, _ in LATENCY_COLUMNS)
+
+
+def _template_rows(cmp: Comparison) -> list[str]:
+    """Each template's own numbers where a step sent several (the rows above merge them)."""
+    rows = [(r, t) for r in cmp.rows for t in r.point.templates]
+    if not rows:
+        return []
+    out = ["Per template (the rows above merge every template's requests):", "",
+           "| load | phase | template (model) | infer/s | " + " | ".join(
+               h for _, h in LATENCY_COLUMNS) + " | errors |",
+           "|---:|---|---|---:|" + "---:|" * len(LATENCY_COLUMNS) + "---:|"]
+    for r, (name, model, rate, lat, errors) in rows:
+        out.append(f"| {r.load} | {r.entry} | {name} ({model}) | {rate:.1f} | "
+                   f"{latency_cells(lat)} | {errors} |")
+    return [*out, ""]
+
+
 def comparison_table(cmp: Comparison) -> str:
     """comparison.md: one row per phase at each load level, with the change vs the reference."""
     out = [f"# Comparison: {cmp.title}", ""]
@@ -311,26 +352,28 @@ def comparison_table(cmp: Comparison) -> str:
     else:
         out += [
             f"Reference: **{cmp.reference}**. Latencies in ms from HDR histograms (us "
-            "resolution); infer/s counts successful inferences; avg batch, queue and compute "
-            "(input + infer + output, per request) come from Triton's own statistics. "
+            "resolution); infer/s counts successful inferences; each model's avg batch, queue "
+            "and compute (input + infer + output, per request) come from Triton's own "
+            "statistics. "
             + verdict_note(cmp),
             "",
             *[f"WARNING: {w}." for w in cmp.warnings],
             *([""] if cmp.warnings else []),
-            "| load | phase | infer/s | Δ infer/s | p50 | p99 | Δ p99 | p99.9 | avg batch "
-            "| queue us | compute us | errors |",
-            "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+            "| load | phase | infer/s | Δ infer/s | " + " | ".join(
+                h for _, h in LATENCY_COLUMNS) + " | Δ p99 | errors | server, per model "
+            "(batch, queue us, compute us) |",
+            "|---:|---|---:|---:|" + "---:|" * len(LATENCY_COLUMNS) + "---:|---:|---|",
         ]
         for r in cmp.rows:
-            p, lat = r.point, r.point.latency_us
+            p = r.point
             phase = r.entry + (" (partial)" if p.status != "ok" else "")
             out.append(
                 f"| {r.load} | {phase} | {p.infer_s:.1f} | {change(r, 'throughput')} | "
-                f"{ms(lat['p50'])} | {ms(lat['p99'])} | {change(r, 'p99')} | "
-                f"{ms(lat['p999'])} | {_num(p.avg_batch, '.2f')} | {_num(p.queue_us, '.0f')} | "
-                f"{_num(p.compute_us, '.0f')} | {p.errors} |"
+                f"{latency_cells(p.latency_us)} | {change(r, 'p99')} | {p.errors} | "
+                f"{'; '.join(f.text() for f in p.server) or '-'} |"
             )
         out.append("")
+        out += _template_rows(cmp)
         out += _streaming_comparison(cmp)
         out += [f"- {pre}**{label}**{post}" for pre, label, post in highlights(cmp)]
         reloads = [

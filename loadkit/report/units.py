@@ -1,4 +1,9 @@
-"""Units shared by every renderer: one way to print a latency."""
+"""Units shared by every renderer: one way to print a latency, one set of latency columns."""
+
+# the latency columns of every table (summary.md, comparison.md, report.html, the web UI tab):
+# results.json latency_us keys and their headings
+LATENCY_COLUMNS = (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p95", "p95"),
+                   ("p99", "p99"), ("p999", "p99.9"))
 
 
 def ms(us: float) -> str:

@@ -15,6 +15,7 @@ from typing import Any
 
 from loadkit.errors import ReportError
 from loadkit.report.compare import build, change_list
+from loadkit.report.export import steps_csv
 from loadkit.report.html import render_html
 from loadkit.report.markdown import capacity_table, comparison_table, summary_table
 from loadkit.report.plots import capacity_search, render_plots, tune_pareto
@@ -62,6 +63,7 @@ def write_report(out_dir: Path, result: RunResult) -> dict[str, Any]:
     if service:
         atomic_write(out_dir / "service_histograms.json", json.dumps(service) + "\n")
     atomic_write(out_dir / "summary.md", summary_table(data) + "\n")
+    atomic_write(out_dir / "steps.csv", steps_csv(data))
     write_best(out_dir, data, atomic_write)
     return data
 
@@ -124,4 +126,5 @@ def render(run_dir: Path) -> str:
     """Re-render a run's folder from results.json and histograms.json."""
     results, hists = read_run(run_dir)
     atomic_write(run_dir / "summary.md", summary_table(results) + "\n")
+    atomic_write(run_dir / "steps.csv", steps_csv(results))
     return render_comparison([("", results, hists)], run_dir)
