@@ -62,6 +62,36 @@ def test_build_deltas_best_phases_and_not_measured() -> None:
     assert "- gpu: skipped: skipped: no GPU" in md
 
 
+@pytest.mark.fast
+def test_plots_label_their_points_and_start_at_zero(monkeypatch) -> None:
+    """p99 vs throughput: every point says its load, both axes from 0 (a ratio is read off
+    them); throughput vs load from 0 too."""
+    from loadkit.report import plots
+
+    monkeypatch.setattr(plots, "_png", lambda fig: fig)  # the figure itself, to read back
+    run = {"scenario_name": "s", "phases": [
+        _phase("base", [_step(0, 2, 3000.0, 2000.0, 1.0), _step(1, 8, 3100.0, 8000.0, 1.0)])]}
+    cmp = build([("", run, {})])
+    fig = plots.p99_vs_throughput(cmp)
+    ax = fig.axes[0]
+    assert ax.get_xlim()[0] == 0 and ax.get_ylim()[0] == 0
+    assert sorted(t.get_text() for t in ax.texts) == ["2", "8"]
+    assert plots.throughput_vs_load(cmp).axes[0].get_ylim()[0] == 0
+
+
+@pytest.mark.fast
+def test_timeline_marks_say_each_steps_load() -> None:
+    from loadkit.report.timeline import marks
+
+    run = {"started_at": "2026-12-07T00:00:00+00:00", "events": [], "phases": [
+        {"name": "a", "steps": [{"started_at": "2026-12-07T00:00:01+00:00",
+                                 "load": {"concurrency": 4}},
+                                {"started_at": "2026-12-07T00:00:05+00:00",
+                                 "load": {"rate": 200.0}}]}]}
+    phases, steps, _ = marks(run)
+    assert phases == [(1.0, "a")] and [label for _, label in steps] == ["c=4", "200/s"]
+
+
 SCENARIO = """
 name: interrupted-tour
 requests:

@@ -33,13 +33,21 @@ def _png(fig: Figure) -> bytes:
     return buf.getvalue()
 
 
-def _lines(cmp: Comparison, x: Any, y: Any, xlabel: str, ylabel: str, title: str) -> bytes:
-    """One line per measured phase, points in load order."""
+def _lines(cmp: Comparison, x: Any, y: Any, xlabel: str, ylabel: str, title: str,
+           labelled: bool = False) -> bytes:
+    """One line per measured phase, points in load order; axes from 0 (a ratio is read off
+    them); `labelled`: each point says its load (where x is not the load)."""
     fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
     for e in cmp.measured:
         pts = sorted(e.points, key=lambda p: p.load_key)
-        ax.plot([x(i, p) for i, p in enumerate(pts)], [y(p) for p in pts], marker="o",
-                label=e.label)
+        xs, ys = [x(i, p) for i, p in enumerate(pts)], [y(p) for p in pts]
+        line = ax.plot(xs, ys, marker="o", label=e.label)[0]
+        if labelled:
+            for px, py, p in zip(xs, ys, pts, strict=True):
+                ax.annotate(p.load, (px, py), textcoords="offset points", xytext=(4, 4),
+                            fontsize="x-small", color=line.get_color())
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)
@@ -66,7 +74,8 @@ def p99_vs_throughput(cmp: Comparison) -> bytes:
         lambda p: p.latency_us["p99"] / 1000,
         "throughput (infer/s)",
         "p99 latency (ms)",
-        "p99 latency vs throughput (the knee)",
+        "p99 latency vs throughput (the knee; each point's load beside it)",
+        labelled=True,
     )
 
 

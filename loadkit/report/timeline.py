@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from loadkit.plan import load_label
 from loadkit.run.timeline import run_timeline
 
 
@@ -14,10 +15,10 @@ def rows(results: dict[str, Any]) -> list[dict[str, Any]]:
     return run_timeline(results["started_at"], results["phases"])
 
 
-def marks(results: dict[str, Any]) -> tuple[list[tuple[float, str]], list[float],
+def marks(results: dict[str, Any]) -> tuple[list[tuple[float, str]], list[tuple[float, str]],
                                              list[tuple[float, str]]]:
-    """(phase starts with names, step starts, config swaps with the model) in seconds since
-    the run started."""
+    """(phase starts with names, step starts with their loads, config swaps with the model) in
+    seconds since the run started."""
     t0 = datetime.fromisoformat(results["started_at"])
 
     def at(stamp: str) -> float:
@@ -26,7 +27,9 @@ def marks(results: dict[str, Any]) -> tuple[list[tuple[float, str]], list[float]
     phases, steps = [], []
     for p in results["phases"]:
         for s in p["steps"]:
-            steps.append(at(s["started_at"]))
+            label = load_label(s["load"])
+            steps.append((at(s["started_at"]), f"c={label}" if "concurrency" in s["load"]
+                          else label))
         if p["steps"]:
             phases.append((at(p["steps"][0]["started_at"]), p["name"]))
     swaps = [(at(e["at"]), e["model"]) for e in results.get("events", [])
@@ -89,9 +92,11 @@ def plot(results: dict[str, Any]) -> bytes | None:
     p99 = top.twinx()
     for seg in _segments(timeline):  # one line per step: warm-ups are not measured
         whole = [r for r in seg if r.get("length_s", 1.0) >= 0.5]  # not a sliver of a second
-        top.plot([_mid(r) for r in whole], [r["infer_s"] for r in whole], color="C0", lw=1)
+        dot = "." if len(whole) < 3 else None  # a step of a second or two: still seen
+        top.plot([_mid(r) for r in whole], [r["infer_s"] for r in whole], color="C0", lw=1,
+                 marker=dot)
         pts = [(_mid(r), r["p99_us"] / 1000) for r in whole if "p99_us" in r]
-        p99.plot([a for a, _ in pts], [v for _, v in pts], color="C3", lw=1)
+        p99.plot([a for a, _ in pts], [v for _, v in pts], color="C3", lw=1, marker=dot)
     top.set_ylabel("infer/s", color="C0")
     top.set_ylim(bottom=0)
     p99.set_ylabel("p99 (ms)", color="C3")
@@ -103,13 +108,16 @@ def plot(results: dict[str, Any]) -> bytes | None:
         p99.set_ylim(bottom=0)
     phases, steps, swaps = marks(results)
     for ax in (top, mid, low):
-        for s in steps:
+        for s, _ in steps:
             ax.axvline(s, color="grey", lw=0.8, ls=":")
         for s, _ in phases:
             ax.axvline(s, color="black", lw=1.2, alpha=0.7)
     for s, name in phases:
         top.annotate(name, (s, 1.0), xycoords=("data", "axes fraction"), fontsize="small",
                      rotation=90, va="top", ha="right")
+    for s, load in steps:  # each step's load, where it starts
+        top.annotate(load, (s, 0.03), xycoords=("data", "axes fraction"), fontsize="x-small",
+                     color="dimgrey", rotation=90, va="bottom", ha="left")
     for s, model in swaps:
         top.axvline(s, color="C2", lw=1, ls="--")
         top.annotate(f"config {model}", (s, 0.02), xycoords=("data", "axes fraction"),
