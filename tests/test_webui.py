@@ -36,6 +36,11 @@ phases:
 """
 
 
+def url_target(out: Path) -> str:
+    """The target `loadkit ui` was given (the fixture writes it beside the report folder)."""
+    return (out.parent / "target").read_text()
+
+
 def _get(url: str) -> tuple[int, bytes]:
     try:
         with urllib.request.urlopen(url, timeout=5) as r:
@@ -67,8 +72,15 @@ def test_triton_tab_shows_the_numbers_of_results_json(ui) -> None:
             executable_path=CHROMIUM, args=["--no-sandbox", "--disable-background-networking"]
         )
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 1000})
+            page = browser.new_page(viewport={"width": 1366, "height": 900})
             page.goto(url + "/")
+            # the form says what the run will do: its target and its most users (the phases
+            # drive the load; Locust would show 0 users and ask for a Host)
+            form = wait_for(lambda: (v := page.evaluate(
+                "() => Object.fromEntries(Array.from(document.querySelectorAll('input'))"
+                ".map(i => [i.name, i.value]))")).get("userCount") == "2" and v, 15,
+                "the form to show the scenario's peak users", poll=0.2)
+            assert form["host"] == "grpc://" + url_target(out)
             page.get_by_role("button", name="START").click()
             page.get_by_role("tab", name="Triton").click()
             page.locator("table tbody tr").first.wait_for(timeout=30_000)
@@ -107,20 +119,35 @@ def test_triton_tab_shows_the_numbers_of_results_json(ui) -> None:
             drawn = wait_for(chart, 30, "the Triton tab's chart to draw every step", poll=0.2)
             phases_drawn, titles = drawn["phases"], drawn["titles"]
             page.screenshot(path=str(tmp / "triton-tab.png"), full_page=True)
+            # the open page reaches STOPPED by itself (it stayed at CLEANUP until a reload)
+            wait_for(lambda: "STOPPED" in page.evaluate(
+                "() => document.querySelector('header').innerText").upper(), 15,
+                "the open page to say STOPPED", poll=0.2)
+            layout = page.evaluate(
+                "() => ({width: document.documentElement.scrollWidth,"
+                " heads: Array.from(document.querySelectorAll('table thead th'))"
+                ".map(h => h.innerText.trim()),"
+                " heights: Array.from(document.querySelectorAll('table tbody tr'))"
+                ".map(r => r.offsetHeight),"
+                " note: (document.getElementById('loadkit-note') || {}).innerText || ''})")
         finally:
             browser.close()
     assert (tmp / "triton-tab.png").stat().st_size > 10_000
-    assert "phases drive the load" in cells[0][-1]
+    assert "phases drive the load" in layout["note"] and "warm-ups" in layout["note"]
+    assert layout["width"] <= 1366, layout  # no sideways scrolling on a laptop screen
+    assert not any("Tokens" in h or "First resp" in h for h in layout["heads"])  # no LLM here
+    assert layout["heights"][0] <= 2 * min(layout["heights"]), layout["heights"]  # the (run) row
     shown = {(r[0], r[1]): r for r in cells[1:] if len(r) > 10 and r[1]}
     steps = [(p["name"], s) for p in data["phases"] for s in p["steps"]]
     assert len(steps) == 3
     for phase, s in steps:
         row = shown[(phase, str(s["index"] + 1))]
         lat = s["latency_us"]
-        # requests | infer/s | p50 | p90 | p99 | p99.9, exactly as results.json has them
-        assert row[4:10] == [str(s["requests"]), f"{s['throughput']:.1f}", ms(lat["p50"]),
-                             ms(lat["p90"]), ms(lat["p99"]), ms(lat["p999"])], row
-        assert row[11] == f"{s['server']['dense']['avg_batch']:.2f}"
+        # requests | infer/s | mean | p50 | p90 | p95 | p99 | p99.9, as results.json has them
+        assert row[4:12] == [str(s["requests"]), f"{s['throughput']:.1f}", ms(lat["mean"]),
+                             ms(lat["p50"]), ms(lat["p90"]), ms(lat["p95"]), ms(lat["p99"]),
+                             ms(lat["p999"])], row
+        assert row[13] == f"{s['server']['dense']['avg_batch']:.2f}"
     assert phases_drawn == 2  # baseline and batching, each marked where it starts
     # the chart's p99 is the table's (HDR, ms with decimals)
     assert titles == [f"{p} step {s['index'] + 1}: p99 {s['latency_us']['p99'] / 1000:.3f} ms"
@@ -151,6 +178,7 @@ def _ui_process(triton: Any, tmp_path: Path, scenario: str) -> tuple[subprocess.
 
     port = free_port()
     out = tmp_path / "report"
+    write(tmp_path / "target", triton.grpc_address)
     scen = write(tmp_path / "ui.yaml", scenario)
     proc = subprocess.Popen(
         [sys.executable, "-m", "loadkit", "ui", str(scen), "--target", triton.grpc_address,
@@ -200,6 +228,9 @@ def test_ctrl_c_ends_loadkit_ui_at_any_point(triton, tmp_path, when) -> None:
             pytest.fail("loadkit ui did not exit within 30 s of SIGINT")
     assert "Traceback" not in stderr, stderr[-3000:]
     assert "Response time percentiles" not in stdout + stderr
+    # a Ctrl-C is called one (loadkit takes Locust's SIGTERM path, which Locust would name)
+    assert "Got SIGTERM" not in stderr and "Ctrl-C" in stderr
+    assert "spawn rate is very high" not in stderr
     if when == "idle":
         assert proc.returncode == 0
         return

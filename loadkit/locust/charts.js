@@ -94,10 +94,31 @@
         box.id = "loadkit-charts";
         holder.parentElement.insertBefore(box, holder);
       }
-      box.replaceChildren(draw(data.rows));
+      var note = document.createElement("p");
+      note.id = "loadkit-note";
+      note.style.cssText = "margin:4px 0;font-size:13px;color:#777;max-width:1100px";
+      note.textContent = data.note || "";
+      box.replaceChildren(note, draw(data.rows));
     }).catch(function () { /* the run may be between steps or over: try again */ });
   }
 
+  function fillForm() {
+    // Locust disables the user count and spawn rate for a load shape and shows 0: show the
+    // most users the scenario's phases run instead (still disabled: the phases drive the load)
+    var shown = document.querySelector("input[name=userCount]");
+    if (!shown || !shown.disabled || shown.value !== "0") return;  // no form, or filled
+    fetch("./loadkit/status").then(function (r) { return r.json(); }).then(function (data) {
+      ["userCount", "spawnRate"].forEach(function (name) {
+        var input = document.querySelector("input[name=" + name + "]");
+        if (input && input.disabled) {
+          input.value = String(data.peak_users);
+          input.title = "set by the scenario's phases: at most " + data.peak_users + " users";
+        }
+      });
+    }).catch(function () { /* the form is Locust's own then */ });
+  }
+
+  setInterval(fillForm, 1000);
   setInterval(refresh, 2000);
   document.addEventListener("click", function () { setTimeout(refresh, 300); });
 })();

@@ -14,6 +14,7 @@ by step.
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -129,14 +130,17 @@ def _on_init(environment: Any, **_: Any) -> None:
         sys.exit(report_error(exc))
     session.new_run()
     webui.install(environment)
+    _prefill_form(environment, session)
     _hdr_summary_instead_of_locusts()
     interrupted = {"signal": 0}
+    _quiet_locust_lines(interrupted)
 
     def _on_sigint() -> None:
         """Ctrl-C at any point: an unpatched process never sees KeyboardInterrupt while the
         gevent hub waits (seen: idle after a finished run, Triton still up), so SIGINT takes
         Locust's own SIGTERM path: quitting fires, the run stops, the server goes."""
         interrupted["signal"] = signal.SIGINT
+        err("Ctrl-C: stopping the run and writing its report")
         os.kill(os.getpid(), signal.SIGTERM)
 
     gevent.signal_handler(signal.SIGINT, _on_sigint)
@@ -156,6 +160,38 @@ def _on_init(environment: Any, **_: Any) -> None:
                 o["status"] in FAILING for o in run.result.thresholds)
             environment.process_exit_code = (130 if interrupted["signal"] and
                                              run.result.status == "interrupted" else int(failed))
+
+
+def _prefill_form(environment: Any, session: _LocustSession) -> None:
+    """The start form shows the run's target (Locust would leave Host empty and ask for one)
+    and its most users (Locust shows 0 in the field it disables for a shape: charts.js fills
+    it in); the scenario's phases still drive the load."""
+    most = webui.peak_users(session.scenario)
+    opts = environment.parsed_options
+    opts.num_users = opts.num_users or most
+    opts.spawn_rate = opts.spawn_rate or most
+    environment.host = environment.host or f"grpc://{session.target.address}"
+
+
+class _LocustLines(logging.Filter):
+    """Two Locust lines that mislead here: the spawn-rate warning (the shape sets every step's
+    users at once, by design) and "Got SIGTERM" after a Ctrl-C (loadkit turns SIGINT into
+    Locust's SIGTERM path, and says so itself)."""
+
+    def __init__(self, interrupted: dict[str, int]):
+        super().__init__()
+        self.interrupted = interrupted
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if "spawn rate is very high" in text:
+            return False
+        return not (text.startswith("Got SIGTERM") and self.interrupted["signal"])
+
+
+def _quiet_locust_lines(interrupted: dict[str, int]) -> None:
+    for name in ("locust.runners", "locust.main"):
+        logging.getLogger(name).addFilter(_LocustLines(interrupted))
 
 
 def _hdr_summary_instead_of_locusts() -> None:

@@ -18,7 +18,7 @@ from flask import Blueprint, Response, jsonify, make_response, request
 
 from loadkit.plan import load_label
 from loadkit.record import latency_summary
-from loadkit.report.units import ms
+from loadkit.report.units import LATENCY_COLUMNS, ms
 from loadkit.run.accounting import first_message
 from loadkit.run.streaming import streaming_results
 from loadkit.stats import compare
@@ -27,18 +27,33 @@ from loadkit.stats import text as change_text
 TAB_KEY = "triton"
 COLUMNS = [
     ("phase", "Phase"), ("step", "Step"), ("load", "Load"), ("status", "Status"),
-    ("requests", "Requests"), ("infer_s", "infer/s"), ("p50", "p50 ms"), ("p90", "p90 ms"),
-    ("p99", "p99 ms"), ("p999", "p99.9 ms"), ("errors", "Errors"), ("avg_batch", "Avg batch"),
-    ("queue_us", "Queue µs"), ("compute_us", "Compute µs"),
+    ("requests", "Requests"), ("infer_s", "infer/s"), ("mean", "mean ms"), ("p50", "p50 ms"),
+    ("p90", "p90 ms"), ("p95", "p95 ms"), ("p99", "p99 ms"), ("p999", "p99.9 ms"),
+    ("errors", "Errors"), ("avg_batch", "Avg batch"), ("queue_us", "Queue µs"),
+    ("compute_us", "Compute µs"),
     # streaming (decoupled) models only: time to first response, gaps, tokens/s, goodput
     ("first_response", "First resp. p50/p99 ms"), ("inter_response", "Gap p50/p99 ms"),
     ("tokens_s", "Tokens/s"), ("goodput", "Goodput/s"), ("delta", "vs first phase"),
     ("config", "Config overlay"),
 ]
+STREAMING_COLUMNS = ("first_response", "inter_response", "tokens_s", "goodput")
 NOTE = (
-    "The scenario's phases drive the load (LoadkitShape): the user count and spawn rate fields "
-    "are ignored. Latencies: loadkit's HDR histograms."
+    "The scenario's phases drive the load (LoadkitShape): they set each step's users; the start "
+    "form shows their peak. Latencies: loadkit's HDR histograms, measured windows only; Locust's "
+    "Statistics tab also counts the warm-ups and the requests between steps, so its totals are "
+    "higher."
 )
+
+
+def peak_users(scenario: Any) -> int:
+    """The most users the scenario's phases run at once (an open-loop phase: its cap)."""
+    return max((max(ph.load.levels) if hasattr(ph.load, "levels")
+                else ph.load.max_concurrency or 1 for ph in scenario.phases), default=1)
+
+
+def columns(streaming: bool) -> list[tuple[str, str]]:
+    """The tab's columns: the streaming ones only when a template's model streams."""
+    return [c for c in COLUMNS if streaming or c[0] not in STREAMING_COLUMNS]
 
 
 def _server_fields(step: dict[str, Any]) -> dict[str, str]:
@@ -71,12 +86,12 @@ def _errors(step: dict[str, Any]) -> str:
 
 
 def _config(overlay: dict[str, Any]) -> str:
-    text = json.dumps(overlay, separators=(",", ":")) if overlay else "server's own"
+    text = json.dumps(overlay, separators=(", ", ": ")) if overlay else "server's own"
     return text if len(text) <= 160 else text[:157] + "..."
 
 
 def _latency(lat: dict[str, float]) -> dict[str, str]:
-    return {k: ms(lat[k]) for k in ("p50", "p90", "p99", "p999")}
+    return {k: ms(lat.get(k, 0.0)) for k, _ in LATENCY_COLUMNS}
 
 
 def _streaming(st: dict[str, Any] | None) -> dict[str, str]:
@@ -95,10 +110,10 @@ def _streaming(st: dict[str, Any] | None) -> dict[str, str]:
 def triton_rows(results: dict[str, Any], live: dict[str, Any] | None,
                 overlays: dict[str, dict[str, Any]], stage: str = "") -> list[dict[str, Any]]:
     """One row per measured step, plus the step in progress and a first row that says what
-    drives the load and what the run is doing."""
+    the run is doing (what drives the load is said above the table: NOTE)."""
     rows: list[dict[str, Any]] = [
         {"phase": "(run)", "status": f"{results['status']}: {stage}" if stage else
-         results["status"], "config": NOTE}
+         results["status"]}
     ]
     first: dict[str, dict[str, Any]] = {}
     for phase in results["phases"]:
@@ -166,7 +181,8 @@ def install(environment: Any) -> None:
     def status() -> Response:
         run = current()
         return jsonify({"out_dir": str(run.out_dir), "stage": run.conductor.stage,
-                        "status": run.result.status, "rows": rows()})
+                        "status": run.result.status, "rows": rows(), "note": NOTE,
+                        "peak_users": peak_users(run.scenario)})
 
     @blueprint.route("/charts.js")
     def charts() -> Response:
@@ -184,7 +200,13 @@ def install(environment: Any) -> None:
     def add_rows(response: Response) -> Response:
         if request.path.endswith("/stats/requests") and response.is_json:
             extended = [{"key": TAB_KEY, "data": rows()}]
-            response.set_data(json.dumps({**response.json, "extended_stats": extended}))
+            stats = response.json
+            # Locust's page polls only while it reads spawning or running: a poll that lands
+            # in the runner's brief `cleanup` would leave the page there (STOP lit) until a
+            # reload; it reads running a moment longer and then the stopped that follows
+            if stats.get("state") == "cleanup":
+                stats["state"] = "running"
+            response.set_data(json.dumps({**stats, "extended_stats": extended}))
         elif request.path == "/" and response.mimetype == "text/html" \
                 and not response.direct_passthrough:
             # Locust's extended tabs are tables only: the charts come with a script of ours
@@ -196,8 +218,9 @@ def install(environment: Any) -> None:
 
     web_ui.app.register_blueprint(blueprint)
     web_ui.template_args["extended_tabs"] = [{"title": "Triton", "key": TAB_KEY}]
+    streams = any(t.decoupled for t in current().scenario.requests.values())
     web_ui.template_args["extended_tables"] = [
-        {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in COLUMNS]}
+        {"key": TAB_KEY, "structure": [{"key": k, "title": t} for k, t in columns(streams)]}
     ]
     web_ui.template_args["extended_csv_files"] = [
         {"href": "/loadkit/report", "title": "loadkit HTML report (after the run)"}
