@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench bench-scaling soak clean models browser
+.PHONY: setup demo test test-fast lint bench bench-scaling soak clean models browser prometheus
 
 setup: $(STAMP)
 
@@ -30,7 +30,13 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 	  echo "loadkit: could not install chromium (needs root and apt); the web UI test will skip"
 
-test: setup lint browser
+# The dashboard test evaluates every query in a real Prometheus: Debian's package (2.42).
+prometheus:
+	@command -v prometheus >/dev/null || { test "$$(id -u)" = 0 && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; } || \
+	  echo "loadkit: could not install prometheus (needs root and apt); the dashboard test will skip"
+
+test: setup lint browser prometheus
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
 # Pure units only (marker `fast`: no server, no child process), in seconds.

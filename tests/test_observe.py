@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import socket
 import subprocess
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 from typing import Any
 
+import pytest
+import yaml
 from conftest import ROOT, loadkit, results, wait_for, write
 
 from loadkit.control.metrics import GAUGES
@@ -95,7 +99,7 @@ def test_live_metrics_end_at_the_reports_numbers_and_the_dashboard_queries_exist
     data = results(out)
     steps = data["phases"][0]["steps"]
     final = sum(s["client"]["dense_b1"]["requests"] for s in steps)
-    key = 'loadkit_requests_total{template="dense_b1"}'
+    key = 'loadkit_requests_total{model="dense",template="dense_b1"}'
     seen = [s[key] for s in scrapes if key in s]
     assert seen == sorted(seen), "a counter went down"
     assert seen[-1] == final, (seen[-5:], final)  # the last scrape holds the report's numbers
@@ -141,3 +145,116 @@ def test_the_queue_guards_rejections_show_at_the_second_they_happened(
     assert "Errors over time" in summary and "Exceeds maximum queue size" in summary
     assert (out / "timeline.png").stat().st_size > 10_000
     assert r.returncode in (0, 1), r.stderr[-2000:]
+
+
+# a run that gives every panel something to show: the queue guard's rejections (loadkit's
+# errors, Triton's failures) in closed loop, then sends dropped at max_concurrency
+DASHBOARD_RUN = """
+name: dash
+requests:
+  dense_b1: {model: dense, inputs: {INPUT0: {dtype: FP32, shape: [256]}}}
+phases:
+  - name: guard
+    load: {concurrency: [2, 8], step_duration: 3s, warmup: 0.5s}
+    config:
+      dense:
+        parameters: {device_us: "3000"}
+        dynamic_batching:
+          max_queue_delay_microseconds: 100
+          default_queue_policy: {max_queue_size: 2}
+  - name: drops
+    load: {rate: 600, max_concurrency: 1, step_duration: 3s, warmup: 0.5s}
+    config:
+      dense:
+        parameters: {device_us: "3000"}
+"""
+
+
+def _prom(port: int, path: str, **params: str) -> Any:
+    query = urllib.parse.urlencode(params)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}?{query}", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def _prometheus(tmp_path: Path, triton: Any, loadkit_port: int) -> tuple[Any, int]:
+    """Debian's Prometheus with deploy/prometheus/prometheus-local.yml, its targets pointed at
+    this session's Triton and the run's port, scraping every second."""
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus-local.yml").read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    jobs["triton"]["static_configs"] = [{"targets": [triton.metrics_url.split("/")[2]]}]
+    jobs["loadkit"]["static_configs"] = [{"targets": [f"127.0.0.1:{loadkit_port}"]}]
+    write(tmp_path / "prometheus.yml", yaml.safe_dump(config))
+    port = free_port()
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))  # noqa: SIM115
+
+    def ready() -> bool:
+        try:
+            return _prom(port, "/api/v1/status/buildinfo")["status"] == "success"
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    wait_for(ready, 30, "Prometheus to answer")
+    return proc, port
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None,
+                    reason="no prometheus (make test installs Debian's package as root)")
+def test_every_dashboard_query_returns_data_in_a_real_prometheus(tmp_path: Path,
+                                                                triton: Any) -> None:
+    """A real Prometheus scrapes the embedded Triton and a run; every expression of the
+    Grafana dashboard, the step annotation included, returns data over the run (the GPU
+    gauges aside: this host has no GPU). Requests per model match between loadkit and
+    Triton (the throughput panel compared requests per template with inferences per model)."""
+    import time
+
+    lk_port = free_port()
+    prom, prom_port = _prometheus(tmp_path, triton, lk_port)
+    try:
+        scen = write(tmp_path / "p.yaml", DASHBOARD_RUN)
+        t0 = time.time()
+        proc = loadkit("run", str(scen), "--target", triton.grpc_address, "--metrics",
+                       triton.metrics_url, "--out", str(tmp_path / "r"), "--quiet",
+                       "--prometheus-port", str(lk_port), timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        t1 = time.time() + 2
+        dash = json.loads((ROOT / "deploy" / "grafana" / "loadkit-triton.json").read_text())
+        exprs = {t["expr"]: p["title"] for p in dash["panels"] for t in p["targets"]}
+        annotation = dash["annotations"]["list"][0]["expr"]
+        exprs[annotation] = "annotation"
+
+        def series(expr: str) -> list[dict[str, Any]]:
+            q = expr.replace("$__rate_interval", "4s").replace("$__interval", "1s")
+            got = _prom(prom_port, "/api/v1/query_range", query=q, start=f"{t0:.3f}",
+                        end=f"{t1:.3f}", step="1")
+            assert got["status"] == "success", (expr, got)
+            return got["data"]["result"]
+
+        # the scrapes of the run's last seconds arrive within a scrape interval or two
+        wait_for(lambda: series(annotation), 10, "the step annotation's series")
+        empty = {e: title for e, title in exprs.items() if not series(e)}
+        assert {e for e in empty if "nv_gpu_" not in e} == set(), empty  # only GPU gauges
+        steps = {(s["metric"]["phase"], s["metric"]["step"]) for s in series(annotation)}
+        assert steps == {("guard", "1"), ("guard", "2"), ("drops", "1")}  # a region a step
+        # the throughput panel's two lines are the same quantity: requests/s per model, read
+        # in the middle of the longest steady step they agree (they are scraped apart)
+        from datetime import datetime
+
+        step = results(tmp_path / "r")["phases"][0]["steps"][0]
+        mid = datetime.fromisoformat(step["started_at"]).timestamp() + step["duration_s"] / 2
+        panel = next(p for p in dash["panels"] if p["id"] == 1)
+        rates = []
+        for target in panel["targets"]:
+            got = _prom(prom_port, "/api/v1/query", time=f"{mid:.3f}",
+                        query=target["expr"].replace("$__rate_interval", "3s"))
+            rates.append({r["metric"]["model"]: float(r["value"][1])
+                          for r in got["data"]["result"]})
+        loadkit_rate, triton_rate = rates
+        assert set(loadkit_rate) == {"dense"} and "dense" in triton_rate, rates
+        assert 0.8 < loadkit_rate["dense"] / triton_rate["dense"] < 1.25, rates
+    finally:
+        prom.terminate()
+        prom.wait(20)

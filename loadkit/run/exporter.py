@@ -171,9 +171,12 @@ class Exporter:
         totals: Totals = snap["totals"]
         status = snap["status"]
         requests = CounterMetricFamily("loadkit_requests", "Successful requests in measured "
-                                       "windows, per request template", labels=["template"])
+                                       "windows, per request template and its model (beside "
+                                       "Triton's nv_inference_request_success per model)",
+                                       labels=["template", "model"])
+        models = {n: t.model for n, t in self.run.scenario.requests.items()}
         for name, n in sorted(totals.ok.items()):
-            requests.add_metric([name], n)
+            requests.add_metric([name, models.get(name, "")], n)
         yield requests
         errors = CounterMetricFamily("loadkit_errors", "Failed requests in measured windows, "
                                      "per template and gRPC status code",
@@ -212,7 +215,9 @@ class Exporter:
                                  "(value 1) and what it is doing",
                                  labels=["phase", "step", "load", "stage"])
         if status:
-            step.add_metric([str(status.get("phase", "")), str(status.get("step", "")),
+            number = status.get("step")  # 1-based, as every report numbers steps
+            step.add_metric([str(status.get("phase", "")),
+                             "" if number is None else str(number + 1),
                              str(status.get("load", "")), str(status.get("stage", ""))], 1)
         yield step
         flight = GaugeMetricFamily("loadkit_in_flight", "Requests in flight in this process")
