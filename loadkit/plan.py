@@ -11,6 +11,7 @@ from typing import Any
 
 from loadkit.scenario import (
     RateLoad,
+    ReplayLoad,
     RequestTemplate,
     Requirements,
     Scenario,
@@ -23,6 +24,10 @@ def load_label(load: dict[str, Any]) -> str:
     """A step's load as reports print it: '8', '300/s', '200/s poisson (cap 16)'."""
     if set(load) == {"concurrency"}:
         return str(load["concurrency"])
+    if "replay" in load:
+        label = f"{load['replay']} x{load['speed']:g}"
+        return label + (f" (cap {load['max_concurrency']})" if load.get("max_concurrency")
+                        else "")
     if "rate" in load:
         label = f"{load['rate']:g}/s"
         if load.get("arrival", "constant") != "constant":
@@ -34,14 +39,37 @@ def load_label(load: dict[str, Any]) -> str:
 
 
 @dataclass(frozen=True)
+class Replayed:
+    """A replay step's arrivals: offsets (s, at the step's speed) and each one's template
+    ('' for the mix to pick), from a traffic file (scenario/traffic.py)."""
+
+    file: str
+    format: str
+    speed: float
+    period_s: float  # the file's window at this speed (a looped replay starts again there)
+    loop: bool
+    templates: tuple[str, ...]  # per traffic model
+    offsets: Any = field(repr=False, compare=False)  # numpy float64
+    model_of: Any = field(repr=False, compare=False)  # numpy int32 index into templates
+    in_file: int = 0
+
+    def summary(self) -> dict[str, Any]:
+        return {"file": self.file, "format": self.format, "speed": self.speed,
+                "in_window": int(len(self.offsets)), "records": self.in_file,
+                "window_s": round(self.period_s * self.speed, 3), "loop": self.loop}
+
+
+@dataclass(frozen=True)
 class Arrivals:
-    """An open-loop step's schedule: the whole run's rate, how it arrives, its limits."""
+    """An open-loop step's schedule: the whole run's rate, how it arrives, its limits (a
+    replay's rate is its file's mean at the step's speed)."""
 
     rate: float
     arrival: str = "constant"
     seed: int = 0
     max_concurrency: int = 0
     late_tolerance_s: float = 0.005
+    replay: Replayed | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -72,7 +100,9 @@ class Step:
         a = self.arrivals
         if a is None:
             return {"concurrency": self.concurrency}
-        out: dict[str, Any] = {"rate": a.rate, "arrival": a.arrival}
+        out: dict[str, Any] = ({"replay": a.replay.file, "speed": a.replay.speed}
+                               if a.replay is not None else {"rate": a.rate,
+                                                             "arrival": a.arrival})
         if a.max_concurrency:
             out["max_concurrency"] = a.max_concurrency
         return out
@@ -80,6 +110,8 @@ class Step:
     @property
     def label(self) -> str:
         a = self.arrivals
+        if a is not None and a.replay is not None:
+            return f"replay {a.replay.file} x{a.replay.speed:g}"
         return f"concurrency {self.concurrency}" if a is None else f"rate {a.rate:g}/s"
 
 
@@ -131,6 +163,18 @@ class Plan:
             first = p.steps[0]
             if first.arrivals is None:
                 levels = "concurrency " + ", ".join(str(s.concurrency) for s in p.steps)
+            elif first.arrivals.replay is not None:
+                r, a = first.arrivals.replay, first.arrivals
+                source = (f"a rate profile ({len(r.offsets)} requests in "
+                          f"{r.period_s * r.speed:g} s)" if r.format == "profile" else
+                          f"replay of {r.file} ({r.format}, {len(r.offsets)} requests in "
+                          f"{r.period_s * r.speed:g} s)")
+                levels = (f"{source} at speed "
+                          + ", ".join(f"{s.arrivals.replay.speed:g}" for s in p.steps
+                                      if s.arrivals and s.arrivals.replay)
+                          + (", looped" if r.loop else "")
+                          + (f", at most {a.max_concurrency} in flight"
+                             if a.max_concurrency else ""))
             else:
                 a = first.arrivals
                 what = "sequences open" if self.sequences else "in flight"
@@ -174,6 +218,9 @@ def build_plan(scenario: Scenario) -> Plan:
                 )
                 for j, r in enumerate(load.levels)
             )
+        elif isinstance(load, ReplayLoad):
+            steps = tuple(_replay_step(i, ph.name, j, load, speed)
+                          for j, speed in enumerate(load.levels))
         else:
             steps = tuple(
                 Step(i, ph.name, j, c, load.warmup_s, load.step_duration_s, None, load.stable)
@@ -186,6 +233,18 @@ def build_plan(scenario: Scenario) -> Plan:
                       if t.dataset is not None or t.pool > 1),
                 any(t.sequence is not None for t in scenario.requests.values()),
                 {n: t.batch_size for n, t in scenario.requests.items()}, scenario.repeats)
+
+
+def _replay_step(i: int, phase: str, j: int, load: ReplayLoad, speed: float) -> Step:
+    traffic = load.traffic
+    period = traffic.duration_s / speed
+    replayed = Replayed(traffic.file.name, traffic.format, speed, period, load.loop,
+                        load.templates, traffic.offsets / speed, traffic.model_of,
+                        traffic.in_file)
+    rate = len(traffic.offsets) / period
+    return Step(i, phase, j, 1, load.warmup_s, load.duration_s(speed),
+                Arrivals(rate, "replay", j, load.max_concurrency, load.late_tolerance_s,
+                         replayed))
 
 
 def _describe_template(t: RequestTemplate) -> str:

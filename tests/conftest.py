@@ -47,7 +47,9 @@ def triton(tmp_path_factory: pytest.TempPathFactory, record_dir: Path) -> Embedd
                             models=("dense", "cnn", "add_sub", "accumulate", "repeat", "blob",
                                     "text_classifier", "image_pipeline", "seq_record",
                                     "silent_stream", "bls_dense", "mixed_inputs"),
-                            log_path=base / "tritonserver.log")
+                            log_path=base / "tritonserver.log",
+                            # where traces go when a test turns tracing on (`loadkit trace`)
+                            extra_args=(f"--trace-config=triton,file={base / 'trace.json'}",))
     server.start()
     yield server
     server.stop()

@@ -139,6 +139,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         metrics_port=args.metrics_port,
         log_path=Path(args.log).resolve() if args.log else None,
+        extra_args=(f"--trace-config=triton,file={Path(args.trace_file).resolve()}",)
+        if args.trace_file else (),
     )
     stop = {"signal": 0}
 

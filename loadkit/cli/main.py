@@ -18,6 +18,7 @@ from loadkit.cli.commands import (
 )
 from loadkit.cli.quick import add_model_options
 from loadkit.cli.running import cmd_init, cmd_run
+from loadkit.cli.trace import add_trace_command
 from loadkit.control.embedded import DEFAULT_MODEL_REPOSITORY
 from loadkit.errors import LoadkitError
 from loadkit.exits import EXIT_BAD_INPUT, EXIT_SIGINT, err, report_error
@@ -50,6 +51,10 @@ report.html, results.json, steps.csv and the plots.""",
     "validate": """examples:
   loadkit validate scenarios/quickstart.yaml --offline
   loadkit validate my.yaml --target 127.0.0.1:8001""",
+    "trace": """examples:
+  loadkit serve --trace-file /traces/trace.json       # Triton with a trace file (or yours)
+  loadkit trace -u 127.0.0.1:8001 --duration 10m --rate 10 --models resnet
+  (it prints the parts written; then load: {replay: [trace.json.0, ...], sample_rate: 10})""",
     "compare": """examples:
   loadkit compare reports/before reports/after --out reports/compare""",
 }
@@ -120,6 +125,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
     add_model_options(i)
     i.set_defaults(func=cmd_init)
+    add_trace_command(sub, _command)
     _other_commands(sub)
     return parser
 
@@ -231,6 +237,9 @@ def _other_commands(sub: Any) -> None:
     s.add_argument("--http-port", type=int, default=8000)
     s.add_argument("--metrics-port", type=int, default=8002)
     s.add_argument("--log", help="server log file (default: a temp folder)")
+    s.add_argument("--trace-file", metavar="PATH",
+                   help="where Triton writes traces when tracing is turned on (`loadkit trace`; "
+                        "Triton's trace API cannot set the file, only the server's start)")
     s.set_defaults(func=cmd_serve)
 
 

@@ -160,6 +160,10 @@ class ServerControl:
         except grpc.RpcError as exc:
             raise ControlError(exc.details() or exc.code().name, exc.code().name) from None
 
+    def rpc(self, method: str, request: Any, timeout_s: float) -> Any:
+        """One call of the inference service (ControlError with the server's words)."""
+        return self._call(method, request, timeout_s)
+
     def is_live(self, timeout_s: float = 1.0) -> bool:
         """False only when the server cannot be reached at all (refused, reset): a stalled or
         overloaded server that answers late is slow, not lost."""

@@ -23,8 +23,16 @@ from loadkit.transport.timer import PreciseTimer
 def schedule(arrivals: Arrivals, specs: list[SequenceSpec | None] | None = None,
              ids: list[Ids | None] | None = None) -> LaneRunner:
     """The lane runner for one step's arrivals (each starting a sequence where the mix has
-    sequence templates: loads/open_sequence.py)."""
+    sequence templates: loads/open_sequence.py; a replay's from its file)."""
+    if arrivals.replay is not None:
+        return functools.partial(run_replay, arrivals=arrivals)
     return functools.partial(run_schedule, arrivals=arrivals, specs=specs, ids=ids)
+
+
+async def run_replay(engine: Engine, lane: Lane, arrivals: Arrivals) -> None:
+    """Send each recorded request at its offset (at the step's speed) from the gate's opening,
+    for its template (or the mix's pick), until the gate closes; dropped and late as a rate."""
+    await _Replay(engine, lane, arrivals, None, None).run()
 
 
 async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals,
@@ -139,3 +147,62 @@ class _Schedule:
         self.engine.idle_slots.append(slot)
         from_schedule_us = (result.end_ns - scheduled_ns) // 1000
         self.engine.count(name, window, from_schedule_us, result.latency_us, result)
+
+
+class _Replay(_Schedule):
+    """A replay's schedule: the file's offsets instead of a rate's gaps."""
+
+    IDLE_S = 0.05  # after the last arrival (no loop): how often the gate is looked at
+
+    def __init__(self, engine: Engine, lane: Lane, arrivals: Arrivals,
+                 specs: list[SequenceSpec | None] | None, ids: list[Ids | None] | None):
+        super().__init__(engine, lane, arrivals, specs, ids)
+        replay = arrivals.replay
+        assert replay is not None
+        self.offsets_ns = (replay.offsets * 1e9).astype("int64").tolist()
+        index = {n: i for i, n in enumerate(engine.names)}
+        chosen = [index.get(t, -1) for t in replay.templates]
+        self.template_of = [chosen[m] for m in replay.model_of.tolist()]
+        self.period_ns = int(replay.period_s * 1e9)
+        self.looped = replay.loop
+        self.k = 0
+        self.base_ns = self.next_ns
+
+    def tick(self) -> None:
+        engine, lane = self.engine, self.lane
+        gate, wire = engine.gate, engine.wire
+        assert gate is not None and wire is not None
+        if not gate.is_set() or self.generation != engine.generation or lane.stopping:
+            if not self.over.done():
+                self.over.set_result(None)
+            return
+        now = time.perf_counter_ns()
+        conn = wire.live()
+        if conn is not None:
+            conn.corked = True
+        pick, recorder, offsets, n = engine.pick, engine.recorder, self.offsets_ns, \
+            len(self.offsets_ns)
+        due = None
+        while True:
+            if self.k == n:
+                if not self.looped:
+                    break
+                self.k, self.base_ns = 0, self.base_ns + self.period_ns
+            due = self.base_ns + offsets[self.k]
+            if due > now:
+                break
+            j = self.template_of[self.k]
+            self.k += 1
+            window = recorder.window
+            if window is not None:
+                window.scheduled += 1
+            self.arrive(pick(lane.rng) if j < 0 else j, int(due), now, window)
+            due = None
+        if conn is not None:
+            conn.corked = False
+            conn.flush()
+        delay = self.IDLE_S if due is None else (due - time.perf_counter_ns()) / 1e9
+        if self.precise is not None:
+            self.precise.call_later(delay)
+        else:
+            self.handle = self.loop.call_later(delay, self.tick)

@@ -127,6 +127,10 @@ class MasterDrive:
                     "templates with a 'sequence' in an open-loop phase without max_concurrency "
                     "cannot run distributed: each worker needs its own correlation ids, as many "
                     "as it may hold open; expected max_concurrency on every rate phase")
+        if any(s.arrivals is not None and s.arrivals.replay is not None for s in plan.steps):
+            raise LoadkitError("a 'replay' load runs in one process for now (each worker would "
+                               "need its share of the file's arrivals); run it without "
+                               "--workers / --master")
         self._slots: dict[str, int] = {}  # worker -> its id slice, in order of arrival
         self.fingerprint = fingerprint(scenario, self.plan)
         self.unbatched = sorted({t.model for t in scenario.requests.values() if not t.batched})

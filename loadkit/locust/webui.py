@@ -21,6 +21,7 @@ from loadkit.record import latency_summary
 from loadkit.report.units import LATENCY_COLUMNS, ms
 from loadkit.run.accounting import first_message
 from loadkit.run.streaming import streaming_results
+from loadkit.scenario import ConcurrencyLoad
 from loadkit.stats import compare
 from loadkit.stats import text as change_text
 
@@ -47,7 +48,7 @@ NOTE = (
 
 def peak_users(scenario: Any) -> int:
     """The most users the scenario's phases run at once (an open-loop phase: its cap)."""
-    return max((max(ph.load.levels) if hasattr(ph.load, "levels")
+    return max((max(ph.load.levels) if isinstance(ph.load, ConcurrencyLoad)
                 else ph.load.max_concurrency or 1 for ph in scenario.phases), default=1)
 
 

@@ -78,6 +78,26 @@ def _segments(timeline: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return out
 
 
+def _draw_marks(results: dict[str, Any], top: Any, mid: Any, low: Any) -> None:
+    """Phase and step starts on every panel, each step's load and the config swaps on top."""
+    phases, steps, swaps = marks(results)
+    for ax in (top, mid, low):
+        for s, _ in steps:
+            ax.axvline(s, color="grey", lw=0.8, ls=":")
+        for s, _ in phases:
+            ax.axvline(s, color="black", lw=1.2, alpha=0.7)
+    for s, name in phases:
+        top.annotate(name, (s, 1.0), xycoords=("data", "axes fraction"), fontsize="small",
+                     rotation=90, va="top", ha="right")
+    for s, load in steps:  # each step's load, where it starts
+        top.annotate(load, (s, 0.03), xycoords=("data", "axes fraction"), fontsize="x-small",
+                     color="dimgrey", rotation=90, va="bottom", ha="left")
+    for s, model in swaps:
+        top.axvline(s, color="C2", lw=1, ls="--")
+        top.annotate(f"config {model}", (s, 0.02), xycoords=("data", "axes fraction"),
+                     fontsize="x-small", color="C2", rotation=90, va="bottom", ha="right")
+
+
 def plot(results: dict[str, Any]) -> bytes | None:
     """timeline.png, or None when nothing was measured."""
     from loadkit.report.plots import _png, plt
@@ -106,22 +126,7 @@ def plot(results: dict[str, Any]) -> bytes | None:
         p99.set_ylabel("p99 (ms, log)", color="C3")
     else:
         p99.set_ylim(bottom=0)
-    phases, steps, swaps = marks(results)
-    for ax in (top, mid, low):
-        for s, _ in steps:
-            ax.axvline(s, color="grey", lw=0.8, ls=":")
-        for s, _ in phases:
-            ax.axvline(s, color="black", lw=1.2, alpha=0.7)
-    for s, name in phases:
-        top.annotate(name, (s, 1.0), xycoords=("data", "axes fraction"), fontsize="small",
-                     rotation=90, va="top", ha="right")
-    for s, load in steps:  # each step's load, where it starts
-        top.annotate(load, (s, 0.03), xycoords=("data", "axes fraction"), fontsize="x-small",
-                     color="dimgrey", rotation=90, va="bottom", ha="left")
-    for s, model in swaps:
-        top.axvline(s, color="C2", lw=1, ls="--")
-        top.annotate(f"config {model}", (s, 0.02), xycoords=("data", "axes fraction"),
-                     fontsize="x-small", color="C2", rotation=90, va="bottom", ha="right")
+    _draw_marks(results, top, mid, low)
     top.set_title("Throughput and p99 per second (phase and step starts marked, config swaps "
                   "dashed)", fontsize="medium")
     codes = sorted({c for r in timeline for c in r.get("errors", {})})

@@ -191,4 +191,5 @@ def _open_loop(ctx: StepContext) -> dict[str, Any]:
         "latency_from": "scheduled send time (service_latency_us: from the actual send)",
         "service_latency_us": latency_summary(window.merged_service()),
         "generator_limited": bool(dropped or late > 0.01 * max(sent, 1)),
+        **({"replay": a.replay.summary()} if a.replay is not None else {}),
     }

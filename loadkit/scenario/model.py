@@ -198,6 +198,28 @@ class RateLoad:
     stable: Stability | None = None
 
 
+@dataclass(frozen=True)
+class ReplayLoad:
+    """Open loop from recorded traffic (scenario/traffic.py): each request sent at its offset
+    in the file divided by the step's speed, for the template its model maps to (ANY: the
+    mix picks), free of coordinated omission as a rate is; one step per speed."""
+
+    traffic: Any  # scenario/traffic.py Traffic
+    levels: tuple[float, ...]  # speeds: 2 replays twice as fast (half the duration)
+    warmup_s: float
+    spec: str
+    templates: tuple[str, ...] = ()  # the template of each of traffic.models (ANY: the mix)
+    loop: bool = False  # start the file again when it ends (then step_duration_s bounds it)
+    step_duration_s: float = 0.0  # 0: the file's window at the step's speed
+    sample_rate: int = 1
+    max_concurrency: int = 0
+    late_tolerance_s: float = 0.005
+    stable: Stability | None = None  # never set: a replay is its file, not a steady state
+
+    def duration_s(self, speed: float) -> float:
+        return self.step_duration_s or self.traffic.duration_s / speed
+
+
 ARRIVALS = ("constant", "poisson")
 MAX_RATE = 1_000_000.0
 
@@ -321,7 +343,7 @@ class Thresholds:
 @dataclass(frozen=True)
 class PhaseSpec:
     name: str
-    load: ConcurrencyLoad | RateLoad
+    load: ConcurrencyLoad | RateLoad | ReplayLoad
     config: dict[str, dict[str, Any]] = field(default_factory=dict)
     requires: Requirements = Requirements()
     thresholds: Thresholds = Thresholds()

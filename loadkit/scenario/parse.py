@@ -21,6 +21,7 @@ from loadkit.scenario.model import (
     Thresholds,
 )
 from loadkit.scenario.phases import _phases, _thresholds
+from loadkit.scenario.replay import with_replay_templates
 from loadkit.scenario.requests import _mix, _template
 from loadkit.scenario.source import load_yaml
 from loadkit.scenario.target import _target
@@ -88,6 +89,7 @@ def load_scenario(path: str | Path) -> Scenario:
             dataclasses.replace(ph, thresholds=thresholds.extended(ph.thresholds))
             for ph in phases
         )
+    phases = with_replay_templates(ck, requests, phases)
     _check_sequences(ck, requests, phases)
     goodput = _goodput(ck, top["goodput"]) if "goodput" in top else None
     repeats = (ck.integer(top["repeats"], ("repeats",), 1, MAX_REPEATS) or 1

@@ -18,11 +18,13 @@ from loadkit.scenario.model import (
     ConcurrencyLoad,
     PhaseSpec,
     RateLoad,
+    ReplayLoad,
     Requirements,
     Stability,
     Threshold,
     Thresholds,
 )
+from loadkit.scenario.replay import REPLAY_KEYS, profile_load, replay_load
 from loadkit.scenario.requests import _mix
 from loadkit.scenario.source import KeyPath
 
@@ -72,16 +74,30 @@ def parse_ramp(spec: Any) -> tuple[tuple[int, ...] | None, str | None]:
     return None, f"expected {expected}; found {found(spec)}"
 
 
-def _load(ck: Checker, raw: Any, path: KeyPath) -> ConcurrencyLoad | RateLoad | None:
+def _load(ck: Checker, raw: Any, path: KeyPath
+          ) -> ConcurrencyLoad | RateLoad | ReplayLoad | None:
     allowed = (
-        "concurrency", "rate", "step_duration", "warmup", "arrival", "seed", "max_concurrency",
-        "late_tolerance", "until_stable",
+        "concurrency", "rate", "replay", "step_duration", "warmup", "arrival", "seed",
+        "max_concurrency", "late_tolerance", "until_stable", *REPLAY_KEYS,
     )
-    m = ck.mapping(raw, path, allowed, ("step_duration",))
+    m = ck.mapping(raw, path, allowed)
     if m is None:
         return None
-    if ("concurrency" in m) == ("rate" in m):
-        ck.add(path, "expected exactly one of 'concurrency' (closed loop) or 'rate' (open loop)")
+    kinds = [k for k in ("concurrency", "rate", "replay") if k in m]
+    if len(kinds) != 1:
+        ck.add(path, "expected exactly one of 'concurrency' (closed loop), 'rate' (open loop) "
+                     "or 'replay' (recorded traffic)" + (f"; found {', '.join(kinds)}"
+                                                          if kinds else ""))
+        return None
+    if "replay" in m:
+        return replay_load(ck, m, path)
+    if isinstance(m.get("rate"), dict):
+        return profile_load(ck, m, path)
+    for key in REPLAY_KEYS:
+        if key in m:
+            ck.add((*path, key), f"'{key}' applies to a 'replay' load")
+    if "step_duration" not in m:
+        ck.add(path, "missing required key 'step_duration'")
         return None
     step = (
         ck.duration(m["step_duration"], (*path, "step_duration"), False)

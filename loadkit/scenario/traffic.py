@@ -1,0 +1,303 @@
+"""Traffic recorded elsewhere, read as arrivals: when each request left (seconds from the
+start of the file's window) and which model it was for. The formats are the ones teams already
+have, each recognised from the file and refused with file:line when it is not what it claims:
+
+- perf_analyzer's `--request-intervals` file: one gap in µs per line (no model: the mix picks);
+- Triton's trace output (`--trace-config triton,file=F,level=TIMESTAMPS`): a JSON array of
+  traces, one REQUEST_START each; with `log-frequency=N` Triton writes F.0, F.1, ...: pass F and
+  every numbered part is read as one; an ensemble's (or BLS) child traces carry `parent_id` and
+  are left out (their parent is the request); each trace stands for `sample_rate` requests
+  (Triton's `rate=N` traces one in N), repeated evenly until the next trace;
+- a rate profile: CSV `t,template,rate` (t in seconds; each rate holds until the template's
+  next row), or the JSON a Prometheus range query returns (`rate(nv_inference_request_success
+  [1m])` by model); replayed as Poisson arrivals within each piece, seeded.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadkit.errors import DatasetError
+
+FORMATS = ("intervals", "triton_trace", "rate_csv", "prometheus", "profile")
+MAX_ARRIVALS = 20_000_000  # ~200 MB of offsets and template indices held by every sender
+ANY = ""  # an arrival for no model in particular: the phase's mix picks the template
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """Arrivals from a file: `offsets` (s, sorted, from the window's start) and the model (or
+    ANY) of each, plus what the file said before sampling was undone."""
+
+    file: Path
+    format: str
+    duration_s: float
+    models: tuple[str, ...]  # the distinct models, in order of first arrival
+    offsets: np.ndarray = field(repr=False, compare=False)  # float64 seconds
+    model_of: np.ndarray = field(repr=False, compare=False)  # int32 index into models
+    in_file: int = 0  # records in the file's window (traces, intervals, or rate pieces)
+
+
+def read_traffic(path: Path | list[Path], window: tuple[float, float] | None = None,
+                 sample_rate: int = 1, seed: int = 0) -> Traffic:
+    """The file's arrivals (within `window`, shifted to start at 0); DatasetError with the
+    file and line of what is wrong. A list of files is one trace in parts (Triton's)."""
+    if isinstance(path, list):
+        missing = [p for p in path if not p.exists()]
+        if missing:
+            raise DatasetError(f"file not found: {missing[0]}")
+        fmt, parts = detect(path[0])
+        if fmt != "triton_trace":
+            raise DatasetError(f"{path[0].name}: a list of files is for the parts of one "
+                               f"Triton trace; this one reads as {fmt}")
+        parts, path = path, path[0]
+    else:
+        fmt, parts = detect(path)
+    end: float | None = None  # where the file's traffic ends, where it says so
+    if fmt == "intervals":
+        starts, models, n, end = _intervals(parts[0])
+    elif fmt == "triton_trace":
+        starts, models, n = _triton(parts, sample_rate)
+    else:
+        pieces = _rate_csv(parts[0]) if fmt == "rate_csv" else _prometheus(parts[0])
+        starts, models, n = _poisson(pieces, seed)
+        end = max((p[1] for p in pieces), default=None)
+    if not starts:
+        raise DatasetError(f"{path.name}: no requests in the file")
+    order = sorted(range(len(starts)), key=starts.__getitem__)
+    t = np.array([starts[i] for i in order], dtype=np.float64)
+    names = [models[i] for i in order]
+    t -= t[0] if fmt == "triton_trace" else 0.0
+    t = np.round(t, 9)  # whole nanoseconds: sums of gaps must not fall out of a window
+    lo, hi = window if window is not None else (0.0, end or float(t[-1]) + _tail(t))
+    keep = (t >= lo) & (t < hi)
+    if not keep.any():
+        raise DatasetError(f"{path.name}: no requests between {lo:g} s and {hi:g} s (the file "
+                           f"spans 0 to {float(t[-1]):g} s)")
+    t = t[keep] - lo
+    kept = [m for m, k in zip(names, keep, strict=True) if k]
+    distinct = tuple(dict.fromkeys(kept))
+    index = {m: i for i, m in enumerate(distinct)}
+    if len(t) > MAX_ARRIVALS:
+        raise DatasetError(f"{path.name}: {len(t)} requests in the window; at most "
+                           f"{MAX_ARRIVALS} are held (narrow the window)")
+    return Traffic(path, fmt, hi - lo, distinct, t,
+                   np.array([index[m] for m in kept], dtype=np.int32), n)
+
+
+def _tail(t: np.ndarray) -> float:
+    """The window's end past the last arrival: one mean gap (so looping keeps the rhythm)."""
+    return float(t[-1] - t[0]) / max(len(t) - 1, 1) if len(t) > 1 else 1.0
+
+
+def detect(path: Path) -> tuple[str, list[Path]]:
+    """(format, files): Triton's numbered trace parts are gathered as one file."""
+    parts = sorted(path.parent.glob(path.name + ".*"), key=_part_number) \
+        if not path.exists() else [path]
+    parts = [p for p in parts if _part_number(p) >= 0] if not path.exists() else parts
+    if not parts:
+        raise DatasetError(f"file not found: {path} (nor Triton's numbered parts "
+                           f"{path.name}.0, .1, ...)")
+    head = parts[0].read_text(encoding="utf-8", errors="replace")[:4096].lstrip()
+    if head.startswith("["):
+        return "triton_trace", parts
+    if head.startswith("{"):
+        return "prometheus", parts[:1]
+    first = head.splitlines()[0] if head else ""
+    if "," in first:
+        return "rate_csv", parts[:1]
+    return "intervals", parts[:1]
+
+
+def _part_number(p: Path) -> int:
+    suffix = p.suffix.lstrip(".")
+    return int(suffix) if suffix.isdigit() else -1
+
+
+def _intervals(path: Path) -> tuple[list[float], list[str], int, float]:
+    """perf_analyzer's request intervals: a gap in µs per line; the first request at 0, the
+    file's end after the last gap."""
+    starts, t = [], 0.0
+    with path.open(encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            text = line.strip()
+            if not text:
+                continue
+            try:
+                gap = float(text)
+            except ValueError:
+                raise DatasetError(f"{path.name}:{n}: expected an interval in microseconds "
+                                   f"(perf_analyzer's --request-intervals); found {text[:40]!r}"
+                                   ) from None
+            if gap < 0 or not math.isfinite(gap):
+                raise DatasetError(f"{path.name}:{n}: expected an interval >= 0 µs; found "
+                                   f"{text!r}")
+            starts.append(t)
+            t += gap / 1e6
+    return starts, [ANY] * len(starts), len(starts), t
+
+
+def _triton(parts: list[Path], sample_rate: int) -> tuple[list[float], list[str], int]:
+    """REQUEST_START of every top-level trace (entries of one id may be split across objects);
+    a sampled trace repeated evenly up to the next of its model."""
+    traces: dict[Any, dict[str, Any]] = {}
+    for part in parts:
+        try:
+            doc = json.loads(part.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as exc:
+            raise DatasetError(f"{part.name}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}"
+                               ) from None
+        if not isinstance(doc, list):
+            raise DatasetError(f"{part.name}: expected Triton's trace output (a JSON array of "
+                               "traces); found " + type(doc).__name__)
+        for i, entry in enumerate(doc):
+            if not isinstance(entry, dict) or "id" not in entry:
+                raise DatasetError(f"{part.name}: trace [{i}]: expected an object with an "
+                                   "'id' (Triton's trace output)")
+            merged = traces.setdefault((part.name, entry["id"]), {"timestamps": []})
+            merged.update({k: v for k, v in entry.items() if k != "timestamps"})
+            merged["timestamps"] += entry.get("timestamps") or []
+    starts, models = [], []
+    for (name, tid), tr in traces.items():
+        if tr.get("parent_id"):
+            continue  # a step of an ensemble (or a BLS call): its parent is the request
+        ns = next((t.get("ns") for t in tr["timestamps"] if t.get("name") == "REQUEST_START"),
+                  None)
+        if ns is None or "model_name" not in tr:
+            raise DatasetError(f"{name}: trace id {tid}: expected a model_name and a "
+                               "REQUEST_START timestamp (level=TIMESTAMPS)")
+        starts.append(int(ns) / 1e9)
+        models.append(str(tr["model_name"]))
+    n = len(starts)
+    if sample_rate > 1 and starts:
+        starts, models = _unsample(starts, models, sample_rate)
+    return starts, models, n
+
+
+def _unsample(starts: list[float], models: list[str], rate: int
+              ) -> tuple[list[float], list[str]]:
+    """One trace in `rate`: each stands for `rate` requests of its model, spread evenly until
+    its model's next trace (the last: at its model's mean gap)."""
+    out_t: list[float] = []
+    out_m: list[str] = []
+    by_model: dict[str, list[float]] = {}
+    for t, m in sorted(zip(starts, models, strict=True)):
+        by_model.setdefault(m, []).append(t)
+    for m, ts in by_model.items():
+        mean = (ts[-1] - ts[0]) / (len(ts) - 1) if len(ts) > 1 else 1.0
+        for i, t in enumerate(ts):
+            gap = (ts[i + 1] - t) if i + 1 < len(ts) else mean
+            out_t += [t + gap * k / rate for k in range(rate)]
+            out_m += [m] * rate
+    return out_t, out_m
+
+
+Piece = tuple[float, float, str, float]  # start s, end s, model or template, requests/s
+
+
+def _rate_csv(path: Path) -> list[Piece]:
+    """`t,template,rate` rows (a header row is allowed): each rate holds until the next row of
+    the same template; the last row of each ends the profile for it."""
+    rows: dict[str, list[tuple[float, float]]] = {}
+    with path.open(encoding="utf-8", newline="") as f:
+        for n, row in enumerate(csv.reader(f), 1):
+            if not row or not "".join(row).strip():
+                continue
+            if n == 1 and not _number(row[0]):
+                continue  # a header
+            if len(row) != 3 or not _number(row[0]) or not _number(row[2]) or not row[1]:
+                raise DatasetError(f"{path.name}:{n}: expected t,template,rate (seconds, a "
+                                   f"template or model, requests/s); found {','.join(row)!r}")
+            t, rate = float(row[0]), float(row[2])
+            if rate < 0 or t < 0:
+                raise DatasetError(f"{path.name}:{n}: expected t >= 0 and rate >= 0; found "
+                                   f"{','.join(row)!r}")
+            series = rows.setdefault(row[1].strip(), [])
+            if series and t <= series[-1][0]:
+                raise DatasetError(f"{path.name}:{n}: t goes back ({t:g} s after "
+                                   f"{series[-1][0]:g} s for {row[1].strip()})")
+            series.append((t, rate))
+    return [(t0, t1, name, r) for name, series in rows.items()
+            for (t0, r), (t1, _) in zip(series, series[1:], strict=False)]
+
+
+def _prometheus(path: Path) -> list[Piece]:
+    """A Prometheus range query's JSON: each series a model (its `model` label), each value a
+    rate that holds until the next sample."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DatasetError(f"{path.name}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
+    data = doc.get("data") if isinstance(doc, dict) else None
+    if not isinstance(data, dict) or data.get("resultType") != "matrix":
+        raise DatasetError(f"{path.name}: expected the JSON of a Prometheus range query "
+                           '({"status": "success", "data": {"resultType": "matrix", ...}})')
+    series = data.get("result") or []
+    t0 = min((float(s["values"][0][0]) for s in series if s.get("values")), default=0.0)
+    pieces: list[Piece] = []
+    for i, s in enumerate(series):
+        model = (s.get("metric") or {}).get("model")
+        if not model:
+            raise DatasetError(f"{path.name}: result [{i}]: expected a 'model' label (query "
+                               "by model, e.g. sum by (model) (rate(...)))")
+        values = [(float(t) - t0, float(v)) for t, v in s.get("values", [])
+                  if math.isfinite(float(v))]
+        pieces += [(a, b, str(model), max(r, 0.0))
+                   for (a, r), (b, _) in zip(values, values[1:], strict=False)]
+    return pieces
+
+
+def _poisson(pieces: list[Piece], seed: int) -> tuple[list[float], list[str], int]:
+    rng = random.Random(seed)
+    starts: list[float] = []
+    models: list[str] = []
+    for t0, t1, name, rate in sorted(pieces):
+        t = t0
+        while rate > 0:
+            t += rng.expovariate(rate)
+            if t >= t1:
+                break
+            starts.append(t)
+            models.append(name)
+            if len(starts) > MAX_ARRIVALS:
+                raise DatasetError(f"the profile asks for more than {MAX_ARRIVALS} requests")
+    return starts, models, len(pieces)
+
+
+def _number(text: str) -> bool:
+    try:
+        return math.isfinite(float(text))
+    except ValueError:
+        return False
+
+
+def profile_traffic(points: list[tuple[float, float]], poisson: bool, seed: int) -> Traffic:
+    """A rate shape without a file: `points` (t s, requests/s), the rate linear between them
+    (k6's ramping-arrival-rate; a step is two points a moment apart). Arrivals are the
+    inverse of the cumulative rate at each whole request (constant) or at the times of a unit
+    Poisson process (poisson: the time-rescaling theorem), so both follow the shape exactly."""
+    t = np.array([p[0] for p in points], dtype=np.float64)
+    r = np.array([p[1] for p in points], dtype=np.float64)
+    grid = np.union1d(t, np.arange(0.0, t[-1], 0.001))
+    rate = np.interp(grid, t, r)
+    total = np.concatenate([[0.0], np.cumsum((rate[1:] + rate[:-1]) / 2 * np.diff(grid))])
+    expected = float(total[-1])
+    if expected > MAX_ARRIVALS:
+        raise DatasetError(f"the profile asks for {expected:.0f} requests; at most "
+                           f"{MAX_ARRIVALS} are held")
+    if poisson:
+        marks = np.cumsum(np.random.default_rng(seed).exponential(1.0, int(expected * 1.2) + 20))
+        marks = marks[marks < expected]
+    else:
+        marks = np.arange(0.5, expected, 1.0)
+    offsets = np.round(np.interp(marks, total, grid), 9)
+    return Traffic(Path("profile"), "profile", float(t[-1]), (ANY,), offsets,
+                   np.zeros(len(offsets), dtype=np.int32), len(points))

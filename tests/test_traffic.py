@@ -1,0 +1,92 @@
+"""Recorded traffic read as arrivals (scenario/traffic.py): each format, the window, Triton's
+sampling and numbered parts, an ensemble's children left out."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import write
+
+from loadkit.errors import DatasetError
+from loadkit.scenario.traffic import ANY, read_traffic
+
+
+def _trace(tid: int, model: str, ns: int, parent: int | None = None) -> list[dict]:
+    """Triton writes a trace's facts and its timestamps as separate entries of one id."""
+    head: dict = {"id": tid, "model_name": model, "model_version": 1}
+    if parent is not None:
+        head["parent_id"] = parent
+    return [head, {"id": tid, "timestamps": [{"name": "REQUEST_START", "ns": ns},
+                                             {"name": "REQUEST_END", "ns": ns + 900}]}]
+
+
+@pytest.mark.fast
+def test_intervals_start_at_zero_and_end_after_the_last_gap(tmp_path: Path) -> None:
+    t = read_traffic(write(tmp_path / "i.txt", "1000\n2000\n\n3000\n"))
+    assert t.format == "intervals" and t.models == (ANY,)
+    assert np.allclose(t.offsets, [0.0, 0.001, 0.003]) and t.duration_s == pytest.approx(0.006)
+
+
+@pytest.mark.fast
+def test_a_triton_trace_in_numbered_parts_without_an_ensembles_children(tmp_path: Path) -> None:
+    base = 5_000_000_000
+    part0 = _trace(1, "pipe", base) + _trace(2, "pre", base + 10, parent=1) + \
+        _trace(3, "dense", base + 500_000_000)
+    part1 = _trace(4, "pipe", base + 1_000_000_000)
+    write(tmp_path / "trace.json.0", json.dumps(part0))
+    write(tmp_path / "trace.json.1", json.dumps(part1))
+    t = read_traffic(tmp_path / "trace.json")  # the parts, as one
+    assert t.format == "triton_trace" and t.in_file == 3  # the child of 1 left out
+    assert np.allclose(t.offsets, [0.0, 0.5, 1.0])
+    assert [t.models[i] for i in t.model_of] == ["pipe", "dense", "pipe"]
+
+
+@pytest.mark.fast
+def test_a_sampled_trace_stands_for_its_rate_of_requests(tmp_path: Path) -> None:
+    entries = [e for k in range(3) for e in _trace(k + 1, "dense", k * 1_000_000_000)]
+    t = read_traffic(write(tmp_path / "t.json", json.dumps(entries)), sample_rate=4)
+    assert len(t.offsets) == 12 and t.in_file == 3
+    assert np.allclose(t.offsets[:5], [0.0, 0.25, 0.5, 0.75, 1.0])
+
+
+@pytest.mark.fast
+def test_a_rate_profile_is_poisson_within_each_piece(tmp_path: Path) -> None:
+    csv = "t,template,rate\n0,a,100\n10,a,400\n20,a,0\n0,b,50\n20,b,0\n"
+    t = read_traffic(write(tmp_path / "p.csv", csv), seed=3)
+    assert t.format == "rate_csv" and set(t.models) == {"a", "b"} and t.duration_s == 20
+    a = t.offsets[t.model_of == t.models.index("a")]
+    first, second = (a < 10).sum(), (a >= 10).sum()
+    assert 800 < first < 1200 and 3600 < second < 4400  # 1000 and 4000 expected
+    assert np.all(np.diff(t.offsets) >= 0)
+    again = read_traffic(tmp_path / "p.csv", seed=3)
+    assert np.array_equal(again.offsets, t.offsets)  # seeded
+
+
+@pytest.mark.fast
+def test_a_prometheus_range_query_by_model(tmp_path: Path) -> None:
+    doc = {"status": "success", "data": {"resultType": "matrix", "result": [
+        {"metric": {"model": "dense"}, "values": [[1000, "50"], [1005, "200"], [1010, "0"]]},
+    ]}}
+    t = read_traffic(write(tmp_path / "q.json", json.dumps(doc)), seed=1)
+    assert t.format == "prometheus" and t.models == ("dense",) and t.duration_s == 10
+    assert 150 < (t.offsets < 5).sum() < 350 and 800 < (t.offsets >= 5).sum() < 1200
+
+
+@pytest.mark.fast
+def test_a_window_is_a_slice_from_zero(tmp_path: Path) -> None:
+    t = read_traffic(write(tmp_path / "i.txt", "100000\n" * 50), window=(1.0, 3.0))
+    assert len(t.offsets) == 20 and t.offsets[0] == pytest.approx(0.0)
+    assert t.duration_s == 2.0
+
+
+@pytest.mark.fast
+def test_bad_files_say_where(tmp_path: Path) -> None:
+    with pytest.raises(DatasetError, match=r"t.json:1:\d+: not JSON"):
+        read_traffic(write(tmp_path / "t.json", "[{]"))
+    with pytest.raises(DatasetError, match="file not found"):
+        read_traffic(tmp_path / "missing.json")
+    with pytest.raises(DatasetError, match=r"p.csv:3: t goes back"):
+        read_traffic(write(tmp_path / "p.csv", "0,a,1\n5,a,2\n4,a,3\n"))
