@@ -108,6 +108,7 @@ def diff_counters(before: ModelCounters, after: ModelCounters) -> dict[str, Any]
 
 
 REFUSED_WAIT_S = 2.0  # a server that refuses connections this long is not about to start
+SAY_AFTER_S = 1.0  # a wait longer than this is announced (a TLS mismatch ends before it)
 
 
 def tls_hint(error: str, tls: bool, client_cert: bool) -> str:
@@ -178,18 +179,20 @@ class ServerControl:
     def wait_live(self, timeout_s: float = 10.0,
                   say: Callable[[str], None] = lambda _text: None) -> None:
         """Wait for the server to say it is live. A connection refused is retried for 2 s (a
-        server just starting), anything else until timeout_s, saying once what it waits for;
+        server just starting), anything else until timeout_s, saying once (after a second)
+        what it waits for;
         a failure that looks like TLS or HTTP three times running is not retried (it will not
         change, and the user should hear why at once)."""
         start = time.monotonic()
-        last = ""
+        last, said = "", False
         fixed = 0
         while time.monotonic() - start < timeout_s:
             try:
                 if self._call("ServerLive", service_pb2.ServerLiveRequest(), 2).live:
                     return
             except ControlError as exc:
-                if not last:
+                if not said and time.monotonic() - start > SAY_AFTER_S:
+                    said = True  # a wait the user would notice: say what it waits for
                     say(f"waiting up to {timeout_s:g} s for Triton at {self.address} to answer "
                         f"gRPC ({exc})")
                 last = str(exc)

@@ -365,8 +365,11 @@ class Conductor:
             pool.keep(one)
         if pool is None or len(pool.rounds) == 1:  # one round: intervals from its seconds
             values = {"throughput": one.throughput, **one.latency_us}
-            one.intervals = within_run(got.window.seconds, duration, run.batch_sizes, values,
-                                       confidence)
+            # a replay's seconds follow its file's shape by design: not a steady state whose
+            # seconds sample one mean (only rounds give it intervals)
+            shaped = step.arrivals is not None and step.arrivals.replay is not None
+            one.intervals = {} if shaped else within_run(
+                got.window.seconds, duration, run.batch_sizes, values, confidence)
             return one
         b, a = pool.snapshots()
         statuses = {r["status"] for r in pool.rounds}
