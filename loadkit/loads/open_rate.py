@@ -51,6 +51,8 @@ async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals,
 class _Schedule:
     """One lane's schedule for one gate opening."""
 
+    IDLE_S = 0.05  # nothing more to send (a replay's end): how often the gate is looked at
+
     def __init__(self, engine: Engine, lane: Lane, arrivals: Arrivals,
                  specs: list[SequenceSpec | None] | None,
                  ids: list[Ids | None] | None):
@@ -86,6 +88,7 @@ class _Schedule:
                 self.handle.cancel()
 
     def tick(self) -> None:
+        """Send what is due (in one write), then sleep until the next is."""
         engine, lane = self.engine, self.lane
         gate, wire = engine.gate, engine.wire
         assert gate is not None and wire is not None
@@ -93,10 +96,22 @@ class _Schedule:
             if not self.over.done():
                 self.over.set_result(None)
             return
-        now = time.perf_counter_ns()
         conn = wire.live()
         if conn is not None:
             conn.corked = True  # the sends below leave in one write, in this iteration
+        due = self.send_due(time.perf_counter_ns())
+        if conn is not None:
+            conn.corked = False
+            conn.flush()
+        delay = self.IDLE_S if due is None else (due - time.perf_counter_ns()) / 1e9
+        if self.precise is not None:
+            self.precise.call_later(delay)
+        else:
+            self.handle = self.loop.call_later(delay, self.tick)
+
+    def send_due(self, now: int) -> float | None:
+        """Every arrival due by `now`; when the next one is due (ns)."""
+        engine, lane = self.engine, self.lane
         pick, recorder, rng = engine.pick, engine.recorder, self.rng
         while self.next_ns <= now:
             i = pick(lane.rng)
@@ -106,14 +121,7 @@ class _Schedule:
             if window is not None:
                 window.scheduled += 1
             self.arrive(i, scheduled_ns, now, window)
-        if conn is not None:
-            conn.corked = False
-            conn.flush()
-        delay = (self.next_ns - time.perf_counter_ns()) / 1e9
-        if self.precise is not None:
-            self.precise.call_later(delay)
-        else:
-            self.handle = self.loop.call_later(delay, self.tick)
+        return self.next_ns
 
     def arrive(self, i: int, scheduled_ns: int, now: int, window: StepWindow | None) -> None:
         """One scheduled arrival of template i: sent, late or dropped (a sequence's start,
@@ -152,8 +160,6 @@ class _Schedule:
 class _Replay(_Schedule):
     """A replay's schedule: the file's offsets instead of a rate's gaps."""
 
-    IDLE_S = 0.05  # after the last arrival (no loop): how often the gate is looked at
-
     def __init__(self, engine: Engine, lane: Lane, arrivals: Arrivals,
                  specs: list[SequenceSpec | None] | None, ids: list[Ids | None] | None):
         super().__init__(engine, lane, arrivals, specs, ids)
@@ -168,41 +174,22 @@ class _Replay(_Schedule):
         self.k = 0
         self.base_ns = self.next_ns
 
-    def tick(self) -> None:
-        engine, lane = self.engine, self.lane
-        gate, wire = engine.gate, engine.wire
-        assert gate is not None and wire is not None
-        if not gate.is_set() or self.generation != engine.generation or lane.stopping:
-            if not self.over.done():
-                self.over.set_result(None)
-            return
-        now = time.perf_counter_ns()
-        conn = wire.live()
-        if conn is not None:
-            conn.corked = True
-        pick, recorder, offsets, n = engine.pick, engine.recorder, self.offsets_ns, \
-            len(self.offsets_ns)
-        due = None
+    def send_due(self, now: int) -> float | None:
+        """Every recorded arrival due by `now`; when the next is due (None: the file is done,
+        and the gate is only looked at every IDLE_S)."""
+        pick, recorder, offsets = self.engine.pick, self.engine.recorder, self.offsets_ns
+        n, rng = len(offsets), self.lane.rng
         while True:
             if self.k == n:
                 if not self.looped:
-                    break
+                    return None
                 self.k, self.base_ns = 0, self.base_ns + self.period_ns
             due = self.base_ns + offsets[self.k]
             if due > now:
-                break
+                return due
             j = self.template_of[self.k]
             self.k += 1
             window = recorder.window
             if window is not None:
                 window.scheduled += 1
-            self.arrive(pick(lane.rng) if j < 0 else j, int(due), now, window)
-            due = None
-        if conn is not None:
-            conn.corked = False
-            conn.flush()
-        delay = self.IDLE_S if due is None else (due - time.perf_counter_ns()) / 1e9
-        if self.precise is not None:
-            self.precise.call_later(delay)
-        else:
-            self.handle = self.loop.call_later(delay, self.tick)
+            self.arrive(pick(rng) if j < 0 else j, int(due), now, window)
