@@ -240,7 +240,8 @@ def test_every_dashboard_query_returns_data_in_a_real_prometheus(tmp_path: Path,
         steps = {(s["metric"]["phase"], s["metric"]["step"]) for s in series(annotation)}
         assert steps == {("guard", "1"), ("guard", "2"), ("drops", "1")}  # a region a step
         # the throughput panel's two lines are the same quantity, requests/s per model: over
-        # the run's seconds where loadkit counted, their median ratio is 1 (scraped apart)
+        # the seconds where loadkit counted, the areas under them agree (second by second they
+        # are scraped apart, and Triton also counts the warm-ups loadkit leaves out)
         panel = next(p for p in dash["panels"] if p["id"] == 1)
         lines = []
         for target in panel["targets"]:
@@ -248,9 +249,11 @@ def test_every_dashboard_query_returns_data_in_a_real_prometheus(tmp_path: Path,
             lines.append({r["metric"]["model"]: dict(r["values"]) for r in got})
         ours, theirs = lines
         assert set(ours) == {"dense"} and "dense" in theirs, lines
-        ratios = sorted(float(v) / float(theirs["dense"][t]) for t, v in ours["dense"].items()
-                        if float(v) > 0 and float(theirs["dense"].get(t, 0)) > 0)
-        assert len(ratios) >= 3 and 0.8 < ratios[len(ratios) // 2] < 1.25, ratios
+        seconds = [t for t, v in ours["dense"].items() if float(v) > 0]
+        area = sum(float(ours["dense"][t]) for t in seconds)
+        their_area = sum(float(theirs["dense"].get(t, 0)) for t in seconds)
+        print(f"areas: loadkit {area:.0f}, triton {their_area:.0f}, {len(seconds)} s")
+        assert len(seconds) >= 3 and 0.7 < area / their_area < 1.15, (area, their_area, lines)
     finally:
         prom.terminate()
         prom.wait(20)
