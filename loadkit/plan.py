@@ -219,7 +219,7 @@ def build_plan(scenario: Scenario) -> Plan:
                 for j, r in enumerate(load.levels)
             )
         elif isinstance(load, ReplayLoad):
-            steps = tuple(_replay_step(i, ph.name, j, load, speed)
+            steps = tuple(replay_step(i, ph.name, j, load, speed, ph.mix or scenario.mix)
                           for j, speed in enumerate(load.levels))
         else:
             steps = tuple(
@@ -235,12 +235,16 @@ def build_plan(scenario: Scenario) -> Plan:
                 {n: t.batch_size for n, t in scenario.requests.items()}, scenario.repeats)
 
 
-def _replay_step(i: int, phase: str, j: int, load: ReplayLoad, speed: float) -> Step:
+def replay_step(i: int, phase: str, j: int, load: ReplayLoad, speed: float,
+                mix: dict[str, float]) -> Step:
+    """The step replaying `load` at `speed` (arrivals of no model go to the mix's template
+    when it has only one, so the report can name it)."""
     traffic = load.traffic
     period = traffic.duration_s / speed
+    only = next(iter(mix)) if len(mix) == 1 else ""
     replayed = Replayed(traffic.file.name, traffic.format, speed, period, load.loop,
-                        load.templates, traffic.offsets / speed, traffic.model_of,
-                        traffic.in_file)
+                        tuple(t or only for t in load.templates), traffic.offsets / speed,
+                        traffic.model_of, traffic.in_file)
     rate = len(traffic.offsets) / period
     return Step(i, phase, j, 1, load.warmup_s, load.duration_s(speed),
                 Arrivals(rate, "replay", j, load.max_concurrency, load.late_tolerance_s,

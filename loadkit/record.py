@@ -115,6 +115,8 @@ class StepWindow:
     service: dict[str, HdrHistogram] = field(default_factory=dict)
     dropped: Counter[str] = field(default_factory=Counter)
     late: Counter[str] = field(default_factory=Counter)
+    # open loop only: how late each send left after its scheduled time (µs), per template
+    lateness: dict[str, HdrHistogram] = field(default_factory=dict)
     # of the successes' latencies, the µs spent in the generator's own framing (engine/core.py)
     own_us: int = 0
     # per status code: the first distinct messages and how often each came (kept_message)
@@ -225,6 +227,18 @@ class StepWindow:
                 s = self.service[template] = new_histogram()
             record_value(s, service_us if service_us > LOWEST_US else LOWEST_US)
 
+    def sent_late(self, template: str, late_us: int) -> None:
+        h = self.lateness.get(template)
+        if h is None:
+            h = self.lateness[template] = new_histogram()
+        record_value(h, late_us if late_us > LOWEST_US else LOWEST_US)
+
+    def merged_lateness(self) -> HdrHistogram:
+        total = new_histogram()
+        for h in self.lateness.values():
+            total.add(h)
+        return total
+
     def merged_service(self) -> HdrHistogram:
         total = new_histogram()
         for h in self.service.values():
@@ -321,7 +335,8 @@ class StepWindow:
 # merged by kind. tests/test_record.py fails on a field given no kind here, so no worker's
 # measurement can be dropped silently.
 WIRE: dict[str, tuple[str, ...]] = {
-    "histograms": ("histograms", "service", "sequences", "first_response", "inter_response"),
+    "histograms": ("histograms", "service", "lateness", "sequences", "first_response",
+                   "inter_response"),
     "counters": ("dropped", "late", "responses", "good", "cancelled", "output_tokens",
                  "no_response"),
     "numbers": ("out_of_range", "own_us", "sent", "scheduled"),

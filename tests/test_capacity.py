@@ -8,7 +8,14 @@ import pytest
 from conftest import loadkit, results, write
 
 from loadkit.errors import CapacityInputError
-from loadkit.search.capacity import Probe, Search, parse_rate, replicas
+from loadkit.search.capacity import (
+    Probe,
+    Search,
+    parse_peak,
+    parse_rate,
+    phase_summary,
+    replicas,
+)
 from loadkit.slo import judge_step, parse_slo
 
 
@@ -44,6 +51,38 @@ def test_parse_rate_and_replicas() -> None:
         parse_rate("fast", "--peak")
     # 3000/s at 30% headroom on replicas of 1000/s: each may run at 700/s -> 5 replicas
     assert replicas(3000, 1000, 0.3) == 5 and replicas(700, 1000, 0.3) == 1
+
+
+@pytest.mark.fast
+def test_a_peak_is_a_rate_or_a_multiple_of_replayed_traffic() -> None:
+    assert parse_peak("3000/s") == (3000, None) and parse_peak("3x") == (None, 3.0)
+    assert parse_peak(" 2.5 x ") == (None, 2.5)
+    for bad in ("0x", "x", "3y", "-1x"):
+        with pytest.raises(CapacityInputError, match="--peak: expected a rate such as 3000/s"):
+            parse_peak(bad)
+
+
+@pytest.mark.fast
+def test_a_replay_phase_answers_in_speed_and_sizes_its_peak() -> None:
+    """The speed search's answer: the file's mean rate at the highest speed that held, and
+    replicas for `--peak 3x` (or for a rate, turned into a speed of the file)."""
+    search = Search(start=1.0, min_rate=0.01, max_rate=1000)
+    _drive(search, 2.2)  # the traffic holds up to 2.2x as fast
+    speed = search.lo
+    assert search.confirmed and 2.0 <= speed <= 2.2
+    out = phase_summary("replay", search, "found", "", None, 0.3, 1.0, replay_rate=200.0,
+                        peak_speed=3.0)
+    assert out["search"] == "speed" and out["max_speed"] == speed
+    assert out["max_rate"] == round(speed * 200, 2) and out["rate_at_speed_1"] == 200
+    assert out["replicas"] == math.ceil(3 / (speed * 0.7) - 1e-9) == 2
+    # a peak given as a rate is that rate's multiple of the file: 1200/s = 6x of 200/s
+    out = phase_summary("replay", search, "found", "", 1200.0, 0.3, 1.0, replay_rate=200.0)
+    assert out["peak_speed"] == 6 and out["replicas"] == math.ceil(6 / (speed * 0.7) - 1e-9)
+    # a rate phase cannot be sized by a multiple of traffic it did not replay: it says so
+    rate = Search(start=100)
+    _drive(rate, 500)
+    out = phase_summary("rate", rate, "found", "", None, 0.3, 1.0, peak_speed=3.0)
+    assert "replicas" not in out and "--peak 3x is a multiple of replayed traffic" in out["reason"]
 
 
 def _drive(search: Search, capacity: float) -> list[tuple[float, str]]:
@@ -210,8 +249,56 @@ def test_capacity_search_is_stable_and_its_answer_holds_as_a_fixed_rate(triton, 
 @pytest.mark.parametrize(("flags", "message"), [
     (["--slo", "p99>5"], "--slo: 'p99>5': goodput_min takes '>' (a floor)"),
     (["--slo", "p99<5ms", "--headroom", "1.5"], "--headroom: expected a fraction in [0, 1)"),
-    (["--slo", "p99<5ms", "--peak", "lots"], "--peak: expected a rate above 0"),
+    (["--slo", "p99<5ms", "--peak", "lots"], "--peak: expected a rate such as 3000/s, or a "
+                                              "multiple of the replayed traffic such as 3x"),
+    (["--slo", "p99<5ms", "--replay", "scenarios/data/bursty-trace.json.0"],
+     "--replay scenarios/data/bursty-trace.json.0 with a scenario file: give the phase"),
 ])
 def test_bad_capacity_flags_exit_2_before_any_load(flags, message) -> None:
     proc = loadkit("capacity", "scenarios/capacity.yaml", *flags, "--target", "127.0.0.1:1")
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _trace(path, starts: list[tuple[str, float]]) -> None:
+    """A trace file as Triton writes one (level=TIMESTAMPS): per request an entry with its
+    model and one with its REQUEST_START."""
+    entries = []
+    for i, (model, t) in enumerate(starts, 1):
+        entries += [{"id": i, "model_name": model, "model_version": 1},
+                    {"id": i, "timestamps": [{"name": "REQUEST_START",
+                                              "ns": 10**12 + int(t * 1e9)}]}]
+    import json
+    path.write_text(json.dumps(entries))
+
+
+def test_capacity_replay_searches_the_speed_of_a_trace(triton, tmp_path) -> None:
+    """`loadkit capacity --replay TRACE --peak 3x` with no scenario: a template per traced
+    model (inputs from the metadata), the speed bracketed and bisected, each probe an
+    ordinary replay step of the whole file, and the replicas the 3x peak needs."""
+    starts = [("dense", i / 150) for i in range(300)] + [("add_sub", i / 50) for i in range(100)]
+    _trace(tmp_path / "trace.json", sorted(starts, key=lambda m: m[1]))
+    out = tmp_path / "cap"
+    proc = loadkit("capacity", "--replay", str(tmp_path / "trace.json"), "--slo", "p99<20ms",
+                   "--peak", "3x", "--precision", "0.25", "--budget", "45", "--target",
+                   triton.grpc_address, "--out", str(out), "--quiet", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = results(out)
+    assert set(data["scenario"]["requests"]) == {"dense", "add_sub"}  # from the trace's models
+    (phase,) = data["capacity"]["phases"]
+    rate = phase["rate_at_speed_1"]  # 400 requests from the first start to the last
+    assert phase["search"] == "speed" and 199 < rate < 202, phase
+    assert phase["status"] in ("found", "approximate") and phase["max_speed"], phase
+    assert abs(phase["max_rate"] / (phase["max_speed"] * rate) - 1) < 0.001
+    assert phase["replicas"] == math.ceil(3 / (phase["max_speed"] * 0.7) - 1e-9)
+    steps = data["phases"][0]["steps"]
+    assert len(steps) == len(phase["points"]) >= 2
+    for probe, step in zip(phase["points"], steps, strict=True):
+        replay = step["open_loop"]["replay"]
+        assert replay["speed"] == probe["rate"] and replay["format"] == "triton_trace"
+        assert step["open_loop"]["scheduled"] == 400  # the whole file, once, per probe
+        offered = replay["per_second"]["offered"]
+        assert sum(offered["dense"]) == 300 and sum(offered["add_sub"]) == 100, offered
+        assert step["accounting"]["status"] == "ok", step["accounting"]
+    summary = (out / "summary.md").read_text()
+    assert "peak of 3x the replayed traffic" in summary and "| add_sub |" in summary
+    assert (out / "replay.png").stat().st_size > 10_000

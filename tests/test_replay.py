@@ -48,6 +48,15 @@ phases:
         assert ol["scheduled"] == 600 and ol["sent"] + ol["dropped"] == 600, ol
         assert abs(step["duration_s"] - seconds) < 0.05 * seconds, step["duration_s"]
         assert_accounted(step)
+        # the file's seconds beside the served ones: every scheduled request offered once,
+        # every success served once, the burst where the file has it
+        per = ol["replay"]["per_second"]
+        assert sum(per["offered"]["dense_b1"]) == 600, per
+        assert sum(per["served"]["dense_b1"]) == step["client"]["dense_b1"]["requests"], per
+        assert per["peak_offered_per_s"] >= 400 * min(seconds / 3, 1) * 0.95, per
+        assert 0 < ol["lateness_us"]["p50"] <= ol["lateness_us"]["p99"], ol["lateness_us"]
+    offered = one["open_loop"]["replay"]["per_second"]["offered"]["dense_b1"]
+    assert all(abs(a - b) <= 1 for a, b in zip(offered, (100, 400, 100), strict=True)), offered
     sent = [r["sent"] for r in one["timeline"]]
     assert abs(sent[0] - 100) <= 10 and abs(sent[1] - 400) <= 20 and abs(sent[2] - 100) <= 10
     sent2 = [r["sent"] for r in two["timeline"]]

@@ -36,6 +36,14 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
                       help="with -m: closed loop, e.g. 8 or 1:16:2 (default 1)")
     load.add_argument("--rate", "--request-rate-range", dest="rate", metavar="START:END:STEP",
                       help="with -m: open loop in requests/s, e.g. 100:500:100")
+    g.add_argument("--replay", metavar="FILE",
+                   help="the load is this traffic file replayed (a Triton trace, perf_analyzer's "
+                        "request intervals, a rate CSV or a Prometheus export: docs/replay.md); "
+                        "without -m, one template per model the file names; with capacity, "
+                        "the search moves its speed; FILE1,FILE2 for a trace's parts")
+    g.add_argument("--sample-rate", type=int, default=1, metavar="N",
+                   help="with --replay of a Triton trace taken with rate=N: each trace stands "
+                        "for N requests (default 1)")
     g.add_argument("--step-duration", default="5s", metavar="DURATION",
                    help="with -m: measured time of each load level (default 5s, perf_analyzer's "
                         "measurement interval)")
@@ -51,6 +59,8 @@ def scenario_data(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     from loadkit.scenario import parse_ramp, parse_rate_ramp
 
     model = args.model
+    if not model:
+        return replay_scenario_data(args, base)
     if not re.match(r"^[\w.\-]+$", model):
         raise LoadkitError(f"-m: expected a model name; found {model!r}")
     if args.batch_size < 1:
@@ -75,24 +85,70 @@ def scenario_data(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         template["dataset"] = _relative(file.resolve(), base)
     if inputs:
         template["inputs"] = inputs
-    if args.rate:
+    if getattr(args, "replay", None):
+        if args.rate or args.concurrency:
+            raise LoadkitError("--replay gives the load; leave out --rate and --concurrency")
+        load: dict[str, Any] = _replay_load(args, base)
+    elif args.rate:
         rate = _number(args.rate)
         if parse_rate_ramp(rate)[1]:
             raise LoadkitError(f"--rate: {parse_rate_ramp(rate)[1]}")
-        load: dict[str, Any] = {"rate": rate}
+        load = {"rate": rate}
     else:
         level = _number(args.concurrency or "1")
         if parse_ramp(level)[1]:
             raise LoadkitError(f"--concurrency: {parse_ramp(level)[1]}")
         load = {"concurrency": level}
     step = f"{args.measurement_ms}ms" if args.measurement_ms else args.step_duration
-    load |= {"step_duration": step, "warmup": args.warmup}
+    if "replay" not in load:  # a replay lasts as long as its file
+        load |= {"step_duration": step, "warmup": args.warmup}
     out: dict[str, Any] = {"name": model}
     if getattr(args, "target", None):
         out["target"] = {"grpc": args.target}
-    out |= {"requests": {model: template},
-            "phases": [{"name": "rate" if args.rate else "concurrency", "load": load}]}
+    phase = "replay" if "replay" in load else "rate" if args.rate else "concurrency"
+    out |= {"requests": {model: template}, "phases": [{"name": phase, "load": load}]}
     return out
+
+
+def replay_scenario_data(args: argparse.Namespace, base: Path) -> dict[str, Any]:
+    """`--replay FILE` without -m: a template per model the file names, its inputs from the
+    model's metadata, and the file as the load."""
+    from loadkit.errors import DatasetError
+    from loadkit.scenario.traffic import ANY, read_traffic
+
+    files = [Path(f) for f in args.replay.split(",") if f]
+    try:
+        traffic = read_traffic(files if len(files) > 1 else files[0],
+                               sample_rate=max(1, args.sample_rate))
+    except (DatasetError, OSError, ValueError) as exc:
+        raise LoadkitError(f"--replay {args.replay}: {exc}") from None
+    if ANY in traffic.models:
+        raise LoadkitError(f"--replay {args.replay}: the file ({traffic.format}) does not say "
+                           "which model each request is for; add -m MODEL")
+    out: dict[str, Any] = {"name": Path(args.replay).stem.split(".")[0] or "replay"}
+    if getattr(args, "target", None):
+        out["target"] = {"grpc": args.target}
+    out |= {"requests": {m: {"model": m} for m in traffic.models},
+            "phases": [{"name": "replay", "load": _replay_load(args, base)}]}
+    return out
+
+
+def _replay_load(args: argparse.Namespace, base: Path) -> dict[str, Any]:
+    load: dict[str, Any] = {"replay": _replayed(args.replay, base)}
+    if args.sample_rate != 1:
+        load["sample_rate"] = args.sample_rate
+    return load
+
+
+def _replayed(text: str, base: Path) -> str | list[str]:
+    """The file as the scenario names it (relative to the scenario's folder where it can be);
+    FILE1,FILE2 for the numbered parts of one Triton trace."""
+    files = [Path(f) for f in text.split(",") if f]
+    for f in files:
+        if not f.exists():
+            raise LoadkitError(f"--replay: file not found: {f}")
+    names = [_relative(f.resolve(), base) for f in files]
+    return names if len(names) > 1 else names[0]
 
 
 def _number(text: str) -> Any:

@@ -110,14 +110,19 @@ def _quick_start(args: argparse.Namespace) -> Path | None:
     model = getattr(args, "model", None)
     if model and args.scenario:
         raise LoadkitError(f"give a scenario file or -m {model}, not both")
-    if not model:
+    replay = getattr(args, "replay", None)
+    if replay and args.scenario:
+        raise LoadkitError(f"--replay {replay} with a scenario file: give the phase "
+                           f"`load: {{replay: {replay}}}` there instead (docs/replay.md), or "
+                           "leave the scenario out")
+    if not model and not replay:
         if not args.scenario:
             raise LoadkitError(f"`loadkit {args.command}` needs a scenario file, or -m MODEL to "
                                "load a model with inputs from its metadata (see --help)")
         return None
     from loadkit.cli.quick import write_scenario
 
-    out_dir = Path(args.out) if args.out else default_out(model)
+    out_dir = Path(args.out) if args.out else default_out(model or "replay")
     args.scenario = str(write_scenario(args, out_dir))
     return out_dir
 
@@ -187,7 +192,7 @@ def _exporter(run: Any, args: argparse.Namespace) -> Any:
 def capacity_spec(args: argparse.Namespace) -> Any:
     from loadkit.errors import CapacityInputError
     from loadkit.run.capacity import CapacitySpec
-    from loadkit.search.capacity import parse_rate
+    from loadkit.search.capacity import parse_peak, parse_rate
     from loadkit.slo import parse_slo
 
     if not 0 <= args.headroom < 1:
@@ -195,10 +200,12 @@ def capacity_spec(args: argparse.Namespace) -> Any:
             f"--headroom: expected a fraction in [0, 1); found {args.headroom}")
     if args.budget <= 0 or not 0 < args.precision < 1:
         raise CapacityInputError("--budget must be above 0 and --precision in (0, 1)")
+    peak, peak_speed = parse_peak(args.peak) if args.peak else (None, None)
     return CapacitySpec(
         slo=parse_slo(args.slo),
         slo_text=args.slo,
-        peak=parse_rate(args.peak, "--peak") if args.peak else None,
+        peak=peak,
+        peak_speed=peak_speed,
         headroom=args.headroom,
         budget_s=args.budget,
         precision=args.precision,

@@ -127,9 +127,13 @@ class _Schedule:
         """One scheduled arrival of template i: sent, late or dropped (a sequence's start,
         where the mix has sequences)."""
         engine, names = self.engine, self.engine.names
-        late = now - scheduled_ns > self.tolerance_ns
+        late_ns = now - scheduled_ns
+        late = late_ns > self.tolerance_ns
         if self.seqs is not None:
-            if not self.seqs.arrive(i, scheduled_ns, window, late) and window is not None:
+            if self.seqs.arrive(i, scheduled_ns, window, late):
+                if window is not None:
+                    window.sent_late(names[i], late_ns // 1000)
+            elif window is not None:
                 window.dropped[names[i]] += 1
             return
         if self.in_flight >= self.cap:
@@ -138,6 +142,7 @@ class _Schedule:
             return
         if window is not None:
             window.sent += 1
+            window.sent_late(names[i], late_ns // 1000)
             if late:
                 window.late[names[i]] += 1
         idle = engine.idle_slots

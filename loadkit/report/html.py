@@ -151,24 +151,28 @@ def _accounting(step: dict[str, Any]) -> str:
 
 
 def _capacity(cap: dict[str, Any]) -> list[str]:
-    peak = cap.get("peak")
+    peak, speed = cap.get("peak"), cap.get("peak_speed")
+    sized = f" for {peak:g}/s" if peak else f" for {speed:g}x" if speed else ""
     out = [
         f"<h2>Capacity at SLO {escape(cap['slo'])}</h2>",
         "<table><tr><th class=l>config</th><th>max rate /s</th><th>infer/s</th><th>p50 ms</th>"
-        "<th>p99 ms</th><th>p99.9 ms</th><th>bracket /s</th><th>probes</th>"
-        f"<th>replicas{' for ' + format(peak, 'g') + '/s' if peak else ''}</th>"
+        "<th>p99 ms</th><th>p99.9 ms</th><th>bracket (/s, or xspeed)</th><th>probes</th>"
+        f"<th>replicas{sized}</th>"
         "<th class=l>result</th></tr>",
     ]
     for p in cap["phases"]:
         lat = p["latency_us"]
         lo, hi = p["bracket"]
-        cells = [_num(p["max_rate"], "g"), _num(p["max_infer_s"], "g")] + [
+        x = "x" if p.get("search") == "speed" else ""
+        top = _num(p["max_rate"], "g") + (f" (x{p['max_speed']:g})" if p.get("max_speed")
+                                          else "")
+        cells = [top, _num(p["max_infer_s"], "g")] + [
             ms(lat[k]) if lat else "-" for k in ("p50", "p99", "p999")
         ]
         out.append(
             f"<tr><td class=l>{escape(p['phase'])}</td>"
             + "".join(f"<td>{c}</td>" for c in cells)
-            + f"<td>{_num(lo, 'g')} .. {_num(hi, 'g')}</td><td>{len(p['points'])}</td>"
+            + f"<td>{x}{_num(lo, 'g')} .. {x}{_num(hi, 'g')}</td><td>{len(p['points'])}</td>"
             f"<td>{p.get('replicas', '-')}</td>"
             f"<td class=l>{escape(p['status'] + (': ' + p['reason'] if p['reason'] else ''))}"
             "</td></tr>"

@@ -5,13 +5,14 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
+from loadkit.report import replay as replay_report
 from loadkit.report import streaming
 from loadkit.report import tune as tune_report
+from loadkit.report.capacity import capacity_table
 from loadkit.report.compare import Comparison, Row, highlights, load_label
 from loadkit.report.timeline import error_notes
 from loadkit.report.units import LATENCY_COLUMNS, ms
 from loadkit.run.accounting import first_message
-from loadkit.slo import fmt_value
 from loadkit.slo import table as threshold_table
 from loadkit.stats import text as change_text
 
@@ -140,6 +141,7 @@ def summary_table(results: dict[str, Any]) -> str:
         out += streaming.markdown(phase["steps"])
         if open_steps:
             out += _open_loop_notes(open_steps)
+    out += replay_report.markdown(results)
     out += _worker_notes(results)
     out += error_notes(results)
     if results.get("capacity"):
@@ -259,17 +261,20 @@ def _open_loop_notes(steps: list[dict[str, Any]]) -> list[str]:
         "Open loop: latencies above count from each request's *scheduled* send time (free of "
         "coordinated omission); from the actual send:",
         "",
-        "| load | scheduled | sent | achieved/s | dropped | late | p50 from send | p99 from send |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| load | scheduled | sent | achieved/s | dropped | late | send lateness p50 / p99 | "
+        "p50 from send | p99 from send |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     warn = []
     for s in steps:
         o = s["open_loop"]
-        lat = o["service_latency_us"]
+        lat, late = o["service_latency_us"], o.get("lateness_us")
         label = load_label(s["load"])
         out.append(
             f"| {label} | {o['scheduled']} | {o['sent']} | {o['achieved_rate']:.1f} | "
-            f"{o['dropped']} | {o['late']} | {ms(lat['p50'])} | {ms(lat['p99'])} |"
+            f"{o['dropped']} | {o['late']} | "
+            + (f"{ms(late['p50'])} / {ms(late['p99'])}" if late else "-")
+            + f" | {ms(lat['p50'])} | {ms(lat['p99'])} |"
         )
         if o.get("generator_limited"):
             warn.append(
@@ -389,58 +394,3 @@ def comparison_table(cmp: Comparison) -> str:
         out += [f"- {e.label}: {e.status}: {e.reason or 'no steps'}" for e in cmp.not_measured]
         out.append("")
     return "\n".join(out)
-
-
-def _rate(v: float | None) -> str:
-    return "-" if v is None else f"{v:g}/s"
-
-
-def capacity_table(cap: dict[str, Any]) -> str:
-    """`loadkit capacity`: per config, the highest rate within the SLO and replicas for a peak."""
-    peak = cap.get("peak")
-    lines = [
-        f"## Capacity at SLO {cap['slo']}",
-        "",
-        "Each config's highest arrival rate (requests/s) whose measured step held every limit ("
-        + ", ".join(f"{t['metric']} <= {fmt_value(t['metric'], t['limit'])}"
-                    for t in cap["limits"])
-        + "), found by bracketing and bisection and confirmed by a repeat. The bracket is the "
-        "answer's error bar: the highest rate that held and the lowest that broke. The result "
-        "says whether the confirmation held each latency limit with confidence (the upper end "
-        "of its interval below the limit) or only within noise (docs/verdicts.md).",
-        "",
-        "| config | max rate | infer/s | p50 | p99 | p99.9 | bracket | probes | replicas"
-        + (f" for {peak:g}/s" if peak else "") + " | result |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
-    ]
-    for p in cap["phases"]:
-        lat = p["latency_us"]
-        lo, hi = p["bracket"]
-        result = p["status"] + (f" ({p['reason']})" if p["reason"] else "")
-        for c in p.get("slo_confidence", []):
-            ci = c["ci_us"]
-            result += (f"; {c['metric']} {c['verdict']} at {c['confidence']:.0%}"
-                       + (f" ({ms(ci[0])}-{ms(ci[1])} ms against {ms(c['limit_us'])})"
-                          if ci else ""))
-        if p.get("generator_limited"):
-            result += "; WARNING: the generator fell behind in a failing probe"
-        lines.append(
-            f"| {p['phase']} | {_rate(p['max_rate'])} | "
-            f"{p['max_infer_s'] if p['max_infer_s'] is not None else '-'} | "
-            f"{ms(lat['p50']) if lat else '-'} | {ms(lat['p99']) if lat else '-'} | "
-            f"{ms(lat['p999']) if lat else '-'} | {_rate(lo)} .. {_rate(hi)} | "
-            f"{len(p['points'])} | {p.get('replicas', '-')} | {result} |"
-        )
-    lines.append("")
-    if cap.get("cheapest"):
-        best = next(p for p in cap["phases"] if p["phase"] == cap["cheapest"])
-        if peak:
-            lines.append(
-                f"Cheapest config for a peak of {peak:g}/s with {cap['headroom']:.0%} headroom: "
-                f"**{best['phase']}**, {best['replicas']} replica(s) of {best['max_rate']:g}/s."
-            )
-        else:
-            lines.append(f"Most capacity per replica: **{best['phase']}** "
-                         f"({best['max_rate']:g}/s).")
-        lines.append("")
-    return "\n".join(lines)

@@ -147,9 +147,11 @@ def capacity_search(cap: dict[str, Any]) -> bytes:
     for i, phase in enumerate(cap["phases"]):
         color = f"C{i}"
         pts = phase["points"]
+        per = phase.get("rate_at_speed_1", 1.0)  # a replay's probes are speeds
         for passed, marker in ((True, "o"), (False, "x")):
             sel = [q for q in pts if q["passed"] is passed and q["latency_us"]]
-            ax.scatter([q["rate"] for q in sel], [q["latency_us"]["p99"] / 1000 for q in sel],
+            ax.scatter([q["rate"] * per for q in sel],
+                       [q["latency_us"]["p99"] / 1000 for q in sel],
                        marker=marker, color=color,
                        label=f"{phase['phase']} {'held' if passed else 'broke'}")
         if phase["max_rate"]:

@@ -14,11 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from loadkit.errors import ReportError
+from loadkit.report.capacity import capacity_table
 from loadkit.report.compare import build, change_list
 from loadkit.report.export import steps_csv
 from loadkit.report.html import render_html
-from loadkit.report.markdown import capacity_table, comparison_table, summary_table
+from loadkit.report.markdown import comparison_table, summary_table
 from loadkit.report.plots import capacity_search, render_plots, tune_pareto
+from loadkit.report.replay import plot as replay_plot
 from loadkit.report.timeline import plot as timeline_plot
 from loadkit.report.tune import write_best
 from loadkit.run.results import RESULTS_FORMAT, RunResult
@@ -111,6 +113,9 @@ def render_comparison(
             png = timeline_plot(runs[0][1])
             if png is not None:
                 plots["timeline.png"] = png
+            png = replay_plot(runs[0][1])
+            if png is not None:
+                plots["replay.png"] = png
         for name, png in plots.items():
             atomic_write(out_dir / name, png)
         atomic_write(out_dir / "comparison.md", md)

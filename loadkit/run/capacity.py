@@ -8,19 +8,28 @@ still to search, so a slow first config cannot starve the others.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 
-from loadkit.plan import Arrivals, PhasePlan, Step
+from loadkit.plan import Arrivals, PhasePlan, Step, replay_step
 from loadkit.run.conductor import Conductor, Hub
 from loadkit.run.results import PhaseResult
 from loadkit.scenario import RateLoad, Threshold
+from loadkit.scenario.model import ReplayLoad
 from loadkit.search.capacity import Probe, Search, cheapest, phase_summary
 from loadkit.slo import judge_step, slo_confidence
 
 PROBE_OVERHEAD_S = 1.5  # drain, snapshots and the report write around each probe
 CONFIRM_FACTOR = 2
 DEFAULT_CAP = 64  # in flight at most: bounds the client and the server queue at overload
+MIN_SPEED, MAX_SPEED = 0.01, 1000.0  # a replay's speeds, as the scenario accepts them
+
+
+def replay_rate(load: ReplayLoad) -> float:
+    """The file's mean request rate at speed 1."""
+    t = load.traffic
+    return len(t.offsets) / t.duration_s if t.duration_s > 0 else 0.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +42,8 @@ class CapacitySpec:
     precision: float = 0.05
     start_rate: float | None = None
     max_rate: float | None = None
+    peak_speed: float | None = None  # --peak 3x: a replay's traffic three times as fast
+    start_speed: float | None = None  # a replay's first speed (default: the load's speed)
 
 
 class CapacityConductor(Conductor):
@@ -49,6 +60,7 @@ class CapacityConductor(Conductor):
             "slo": s.slo_text,
             "limits": [{"metric": t.metric, "limit": t.limit, "from": t.where} for t in s.slo],
             "peak": s.peak,
+            "peak_speed": s.peak_speed,
             "headroom": s.headroom,
             "budget_s": s.budget_s,
             "precision": s.precision,
@@ -68,9 +80,18 @@ class CapacityConductor(Conductor):
         if not template.max_concurrency:
             template = Arrivals(template.rate, template.arrival, template.seed, DEFAULT_CAP,
                                 template.late_tolerance_s)
-        start = self.spec.start_rate or (load.levels[0] if isinstance(load, RateLoad) else 100.0)
-        search = Search(start=float(start), precision=self.spec.precision,
-                        max_rate=self.spec.max_rate or Search.max_rate)
+        if isinstance(load, ReplayLoad):  # the search moves the file's speed, not a rate
+            replay = load if load.max_concurrency else dataclasses.replace(
+                load, max_concurrency=DEFAULT_CAP)
+            search = Search(start=self.spec.start_speed or load.levels[0],
+                            precision=self.spec.precision, min_rate=MIN_SPEED,
+                            max_rate=MAX_SPEED)
+        else:
+            replay = None
+            start = self.spec.start_rate or (load.levels[0] if isinstance(load, RateLoad)
+                                             else 100.0)
+            search = Search(start=float(start), precision=self.spec.precision,
+                            max_rate=self.spec.max_rate or Search.max_rate)
         deadline = time.monotonic() + self._phase_budget_s(phase)
         cost = first.warmup_s + first.duration_s + PROBE_OVERHEAD_S
         mix = phase.mix
@@ -84,15 +105,20 @@ class CapacityConductor(Conductor):
                 search.stopped = "budget"
                 break
             rate, kind = nxt
-            # a confirmation (and, after one failed, every probe) measures twice as long: the
-            # answer must hold, not just once pass
-            duration = first.duration_s * (CONFIRM_FACTOR if search.long(kind) else 1)
+            if replay is not None:  # the file at this speed, as long as it lasts
+                step = replay_step(phase.index, phase.name, len(pr.steps), replay, rate,
+                                   phase.mix)
+                duration = step.duration_s
+            else:
+                # a confirmation (and, after one failed, every probe) measures twice as long:
+                # the answer must hold, not just once pass
+                duration = first.duration_s * (CONFIRM_FACTOR if search.long(kind) else 1)
+                step = Step(phase.index, phase.name, len(pr.steps), 1, first.warmup_s, duration,
+                            Arrivals(rate, template.arrival, template.seed + len(pr.steps),
+                                     template.max_concurrency, template.late_tolerance_s))
             if time.monotonic() + cost + duration - first.duration_s > deadline:
                 search.stopped = "budget"
                 break
-            step = Step(phase.index, phase.name, len(pr.steps), 1, first.warmup_s, duration,
-                        Arrivals(rate, template.arrival, template.seed + len(pr.steps),
-                                 template.max_concurrency, template.late_tolerance_s))
             self._run_step(step, pr)
             result = pr.steps[-1].to_json()
             passed, broken = judge_step(self.spec.slo, result)
@@ -115,8 +141,11 @@ class CapacityConductor(Conductor):
             status, reason = "found", ""
         else:
             status, reason = "approximate", f"stopped before confirming: {search.stopped}"
+        load = self.run.scenario.phases[phase.index].load
         summary = phase_summary(phase.name, search, status, reason, self.spec.peak,
-                                self.spec.headroom, batch)
+                                self.spec.headroom, batch,
+                                replay_rate(load) if isinstance(load, ReplayLoad) else None,
+                                self.spec.peak_speed)
         confirm = next((p for p in reversed(search.probes) if p.kind == "confirm" and p.passed),
                        None)
         step = next((s for s in pr.steps if confirm and s.index == confirm.step), None)

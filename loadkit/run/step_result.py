@@ -17,6 +17,7 @@ from loadkit.plan import Step
 from loadkit.record import StepWindow, latency_summary
 from loadkit.run.accounting import ANY, check_step
 from loadkit.run.drive import Collected
+from loadkit.run.offered import per_second
 from loadkit.run.results import StepResult
 from loadkit.run.streaming import streaming_results
 from loadkit.run.timeline import client_rows, step_rows
@@ -186,10 +187,14 @@ def _open_loop(ctx: StepContext) -> dict[str, Any]:
         "dropped": dropped,
         "late": late,
         "late_tolerance_ms": round(a.late_tolerance_s * 1000, 3),
+        # each send's delay after its scheduled time: the generator's own faithfulness
+        "lateness_us": latency_summary(window.merged_lateness()),
         "dropped_ratio": round(dropped / scheduled, 5) if scheduled else 0.0,
         "achieved_rate": ctx.per_s(sent),
         "latency_from": "scheduled send time (service_latency_us: from the actual send)",
         "service_latency_us": latency_summary(window.merged_service()),
         "generator_limited": bool(dropped or late > 0.01 * max(sent, 1)),
-        **({"replay": a.replay.summary()} if a.replay is not None else {}),
+        **({"replay": {**a.replay.summary(), "per_second": per_second(
+            a.replay, window, ctx.step.warmup_s, ctx.step.duration_s)}}
+           if a.replay is not None else {}),
     }

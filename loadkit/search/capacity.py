@@ -22,6 +22,20 @@ MAX_CONFIRMS = 3
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(/s)?\s*$")
 
 
+def parse_peak(text: str) -> tuple[float | None, float | None]:
+    """`--peak 3000/s` (a rate) or `--peak 3x` (a replay's traffic, three times as fast):
+    (rate, speed), one of them None."""
+    m = re.match(r"^\s*([0-9]*\.?[0-9]+)\s*x\s*$", text)
+    if m is not None and float(m[1]) > 0:
+        return None, float(m[1])
+    try:
+        return parse_rate(text, "--peak"), None
+    except CapacityInputError:
+        raise CapacityInputError(f"--peak: expected a rate such as 3000/s, or a multiple of "
+                                 f"the replayed traffic such as 3x (above 0); found "
+                                 f"{text!r}") from None
+
+
 def parse_rate(text: str, flag: str) -> float:
     m = _RATE.match(text)
     if m is None or float(m[1]) <= 0:
@@ -127,14 +141,21 @@ class Search:
 
 
 def phase_summary(name: str, search: Search, status: str, reason: str,
-                  peak: float | None, headroom: float, batch: float) -> dict[str, Any]:
+                  peak: float | None, headroom: float, batch: float,
+                  replay_rate: float | None = None,
+                  peak_speed: float | None = None) -> dict[str, Any]:
+    """One phase's answer. A replay phase (`replay_rate`: its file's mean rate at speed 1)
+    searched the speed: its max rate is the file's mean at the highest speed that held, and
+    its peak is a speed (`--peak 3x`) or a rate turned into one."""
     best = search.best
+    top = search.lo if best else None
+    rate = top * replay_rate if top and replay_rate is not None else top
     out: dict[str, Any] = {
         "phase": name,
         "status": status,
         "reason": reason,
-        "max_rate": search.lo if best else None,
-        "max_infer_s": round(search.lo * batch, 2) if best and search.lo else None,
+        "max_rate": round(rate, 2) if rate else None,
+        "max_infer_s": round(rate * batch, 2) if rate else None,
         "latency_us": best.latency_us if best else {},
         "bracket": [search.lo, search.hi],
         "confirmed": search.confirmed,
@@ -142,8 +163,19 @@ def phase_summary(name: str, search: Search, status: str, reason: str,
         "generator_limited": any(p.generator_limited for p in search.probes if not p.passed),
         "points": [asdict(p) for p in search.probes],
     }
-    if peak is not None and best and search.lo:
-        out["replicas"] = replicas(peak, search.lo, headroom)
+    if replay_rate is not None:
+        out |= {"search": "speed", "max_speed": top, "rate_at_speed_1": round(replay_rate, 2)}
+        if peak_speed is None and peak is not None and replay_rate > 0:
+            peak_speed = peak / replay_rate
+        if peak_speed is not None and top:
+            out["peak_speed"] = round(peak_speed, 3)
+            out["replicas"] = replicas(peak_speed, top, headroom)
+    elif peak is not None and rate:
+        out["replicas"] = replicas(peak, rate, headroom)
+    elif peak_speed is not None:
+        out["reason"] = (reason + "; " if reason else "") + (
+            f"--peak {peak_speed:g}x is a multiple of replayed traffic; this phase's load is "
+            "a rate (give --peak as requests/s)")
     return out
 
 
