@@ -15,7 +15,7 @@ from hdrh.histogram import HdrHistogram
 
 from loadkit.plan import load_label
 from loadkit.record import decode, latency_summary, new_histogram
-from loadkit.report.units import ms
+from loadkit.report.units import infer_per_s, ms, template_of
 from loadkit.stats import METRICS, compare
 from loadkit.stats import text as change_text
 
@@ -162,13 +162,11 @@ def _templates(step: dict[str, Any], scenario: dict[str, Any]
     client = step.get("client", {})
     if len(client) < 2:
         return ()
-    raw = scenario.get("requests", {}) if isinstance(scenario, dict) else {}
     seconds = step.get("duration_s") or 0
     out = []
     for name, c in client.items():
-        t = raw.get(name, {}) if isinstance(raw.get(name), dict) else {}
-        batch = t.get("batch_size", 1) if isinstance(t.get("batch_size", 1), int) else 1
-        rate = c["requests"] * batch / seconds if seconds else 0.0
+        t = template_of(scenario, name)
+        rate = infer_per_s(c, t, seconds)
         out.append((name, str(t.get("model", "")), round(rate, 1), c["latency_us"],
                     int(c.get("errors", 0) or 0)))
     return tuple(out)

@@ -10,6 +10,8 @@ import csv
 import io
 from typing import Any
 
+from loadkit.report.units import infer_per_s, template_batch, template_of
+
 COLUMNS = (
     "Concurrency", "Request Rate", "Inferences/Second", "Server Queue", "Server Compute Input",
     "Server Compute Infer", "Server Compute Output", "p50 latency", "p90 latency",
@@ -24,18 +26,19 @@ def steps_csv(results: dict[str, Any]) -> str:
     out = io.StringIO()
     writer = csv.DictWriter(out, COLUMNS, lineterminator="\n")
     writer.writeheader()
-    raw = results.get("scenario", {}).get("requests", {})
+    scenario = results.get("scenario", {})
     for phase in results.get("phases", []):
         for step in phase["steps"]:
             for name, client in step.get("client", {}).items():
-                writer.writerow(_row(phase["name"], step, name, client, raw.get(name) or {}))
+                writer.writerow(_row(phase["name"], step, name, client,
+                                     template_of(scenario, name)))
     return out.getvalue()
 
 
 def _row(phase: str, step: dict[str, Any], name: str, client: dict[str, Any],
          template: dict[str, Any]) -> dict[str, Any]:
     load = step["load"]
-    batch = template.get("batch_size", 1) if isinstance(template.get("batch_size", 1), int) else 1
+    batch = template_batch(template)
     model = str(template.get("model", ""))
     seconds = step.get("duration_s") or 0
     lat = client.get("latency_us", {})
@@ -43,7 +46,7 @@ def _row(phase: str, step: dict[str, Any], name: str, client: dict[str, Any],
     return {
         "Concurrency": load.get("concurrency", ""),
         "Request Rate": load.get("rate", ""),
-        "Inferences/Second": round(client["requests"] * batch / seconds, 2) if seconds else 0,
+        "Inferences/Second": round(infer_per_s(client, template, seconds), 2),
         "Server Queue": _us(server.get("queue_us")),
         "Server Compute Input": _us(server.get("compute_input_us")),
         "Server Compute Infer": _us(server.get("compute_infer_us")),

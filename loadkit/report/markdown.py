@@ -11,7 +11,7 @@ from loadkit.report import tune as tune_report
 from loadkit.report.capacity import capacity_table
 from loadkit.report.compare import Comparison, Row, highlights, load_label
 from loadkit.report.timeline import error_notes
-from loadkit.report.units import LATENCY_COLUMNS, ms
+from loadkit.report.units import LATENCY_COLUMNS, infer_per_s, ms, template_of
 from loadkit.run.accounting import first_message
 from loadkit.slo import table as threshold_table
 from loadkit.stats import text as change_text
@@ -88,11 +88,9 @@ def _step_rows(s: dict[str, Any], scenario: dict[str, Any]) -> list[str]:
            f"{_server_cell(s)} |"]
     if not merged:
         return out
-    raw = scenario.get("requests", {}) if isinstance(scenario, dict) else {}
     for name, c in templates.items():
-        t = raw.get(name) if isinstance(raw.get(name), dict) else {}
-        batch = t.get("batch_size", 1) if isinstance(t.get("batch_size", 1), int) else 1
-        rate = c["requests"] * batch / s["duration_s"] if s.get("duration_s") else 0.0
+        t = template_of(scenario, name)
+        rate = infer_per_s(c, t, s.get("duration_s") or 0)
         lat_t = c["latency_us"]
         out.append(f"| {label} {name} | {rate:.1f} | "
                    + " | ".join(ms(lat_t.get(k, 0.0)) for k, _ in LATENCY_COLUMNS)

@@ -1,4 +1,7 @@
-"""Units shared by every renderer: one way to print a latency, one set of latency columns."""
+"""Units shared by every renderer: one way to print a latency, one set of latency columns, one
+way to read a template's inferences per second."""
+
+from typing import Any
 
 # the latency columns of every table (summary.md, comparison.md, report.html, the web UI tab):
 # results.json latency_us keys and their headings
@@ -14,3 +17,20 @@ def ms(us: float) -> str:
     if v >= 10:
         return f"{v:.2f}"
     return f"{v:.3f}"
+
+
+def template_of(scenario: Any, name: str) -> dict[str, Any]:
+    """The template as results.json's scenario wrote it ({} when it is not there)."""
+    raw = scenario.get("requests", {}) if isinstance(scenario, dict) else {}
+    t = raw.get(name)
+    return t if isinstance(t, dict) else {}
+
+
+def template_batch(template: dict[str, Any]) -> int:
+    b = template.get("batch_size", 1)
+    return b if isinstance(b, int) else 1
+
+
+def infer_per_s(client: dict[str, Any], template: dict[str, Any], seconds: float) -> float:
+    """A template's successful inferences per second: its requests x its batch size."""
+    return client["requests"] * template_batch(template) / seconds if seconds else 0.0
