@@ -203,3 +203,45 @@ def tokenizer_file(path: Path) -> Path:
                                                               special_tokens=["[UNK]"]))
     tok.save(str(path))
     return path
+
+
+def prom_api(port: int, path: str, **params: str) -> Any:
+    """One call of a Prometheus HTTP API (JSON)."""
+    import urllib.parse
+    import urllib.request
+
+    query = urllib.parse.urlencode(params)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}?{query}", timeout=10) as resp:
+        return json.loads(resp.read())
+
+
+def start_prometheus(tmp_path: Path, triton: Any, loadkit_port: int) -> tuple[Any, int]:
+    """Debian's Prometheus with deploy/prometheus/prometheus-local.yml, its targets pointed at
+    this session's Triton and a run's --prometheus-port, scraping every second."""
+    import socket
+    import urllib.error
+
+    import yaml
+
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus-local.yml").read_text())
+    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    jobs["triton"]["static_configs"] = [{"targets": [triton.metrics_url.split("/")[2]]}]
+    jobs["loadkit"]["static_configs"] = [{"targets": [f"127.0.0.1:{loadkit_port}"]}]
+    write(tmp_path / "prometheus.yml", yaml.safe_dump(config))
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    proc = subprocess.Popen(
+        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
+         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))  # noqa: SIM115
+
+    def ready() -> bool:
+        try:
+            return prom_api(port, "/api/v1/status/buildinfo")["status"] == "success"
+        except (urllib.error.URLError, OSError, ValueError):
+            return False
+
+    wait_for(ready, 30, "Prometheus to answer")
+    return proc, port

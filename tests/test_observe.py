@@ -17,8 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
-from conftest import ROOT, loadkit, results, wait_for, write
+from conftest import ROOT, loadkit, prom_api, results, start_prometheus, wait_for, write
 
 from loadkit.control.metrics import GAUGES
 
@@ -170,37 +169,6 @@ phases:
 """
 
 
-def _prom(port: int, path: str, **params: str) -> Any:
-    query = urllib.parse.urlencode(params)
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}?{query}", timeout=10) as resp:
-        return json.loads(resp.read())
-
-
-def _prometheus(tmp_path: Path, triton: Any, loadkit_port: int) -> tuple[Any, int]:
-    """Debian's Prometheus with deploy/prometheus/prometheus-local.yml, its targets pointed at
-    this session's Triton and the run's port, scraping every second."""
-    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus-local.yml").read_text())
-    config["global"] = {"scrape_interval": "1s", "evaluation_interval": "1s"}
-    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
-    jobs["triton"]["static_configs"] = [{"targets": [triton.metrics_url.split("/")[2]]}]
-    jobs["loadkit"]["static_configs"] = [{"targets": [f"127.0.0.1:{loadkit_port}"]}]
-    write(tmp_path / "prometheus.yml", yaml.safe_dump(config))
-    port = free_port()
-    proc = subprocess.Popen(
-        ["prometheus", f"--config.file={tmp_path / 'prometheus.yml'}",
-         f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL, stderr=open(tmp_path / "prometheus.log", "w"))  # noqa: SIM115
-
-    def ready() -> bool:
-        try:
-            return _prom(port, "/api/v1/status/buildinfo")["status"] == "success"
-        except (urllib.error.URLError, OSError, ValueError):
-            return False
-
-    wait_for(ready, 30, "Prometheus to answer")
-    return proc, port
-
-
 @pytest.mark.skipif(shutil.which("prometheus") is None,
                     reason="no prometheus (make test installs Debian's package as root)")
 def test_every_dashboard_query_returns_data_in_a_real_prometheus(tmp_path: Path,
@@ -212,7 +180,7 @@ def test_every_dashboard_query_returns_data_in_a_real_prometheus(tmp_path: Path,
     import time
 
     lk_port = free_port()
-    prom, prom_port = _prometheus(tmp_path, triton, lk_port)
+    prom, prom_port = start_prometheus(tmp_path, triton, lk_port)
     try:
         scen = write(tmp_path / "p.yaml", DASHBOARD_RUN)
         t0 = time.time()
@@ -228,7 +196,7 @@ def test_every_dashboard_query_returns_data_in_a_real_prometheus(tmp_path: Path,
 
         def series(expr: str) -> list[dict[str, Any]]:
             q = expr.replace("$__rate_interval", "4s").replace("$__interval", "1s")
-            got = _prom(prom_port, "/api/v1/query_range", query=q, start=f"{t0:.3f}",
+            got = prom_api(prom_port, "/api/v1/query_range", query=q, start=f"{t0:.3f}",
                         end=f"{t1:.3f}", step="1")
             assert got["status"] == "success", (expr, got)
             return got["data"]["result"]

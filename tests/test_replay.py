@@ -6,13 +6,25 @@ counts checked against the original's as Triton itself traced them."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from conftest import ROOT, assert_accounted, loadkit, results, wait_for, write
+import pytest
+from conftest import (
+    ROOT,
+    assert_accounted,
+    loadkit,
+    prom_api,
+    results,
+    start_prometheus,
+    wait_for,
+    write,
+)
 
 TEMPLATES = """
 requests:
@@ -152,3 +164,59 @@ def test_a_captured_trace_replays_per_model_per_second(triton, tmp_path) -> None
         for sec in range(max(counts) // 2 + 1):
             pair = counts[2 * sec] + counts[2 * sec + 1]
             assert abs(replayed[2][model][sec] - pair) <= max(8, 0.06 * pair), (model, sec)
+
+
+@pytest.mark.skipif(shutil.which("prometheus") is None,
+                    reason="no prometheus (make test installs Debian's package as root)")
+def test_a_prometheus_export_replays_the_rate_it_recorded(triton, tmp_path) -> None:
+    """A real Prometheus scrapes the embedded Triton during a known run (100/s, then 300/s);
+    the range query most teams keep (requests/s per model) is exported as JSON and replayed:
+    the replay sends what the export says, in its shape."""
+    from loadkit.control.embedded import free_port
+
+    prom, port = start_prometheus(tmp_path, triton, free_port())
+    try:
+        # rate() needs two scrapes: the known run starts once Prometheus has Triton's counter
+        # twice (otherwise its first seconds are missing from the export, and with them the
+        # quiet part before the burst)
+        def scraped() -> bool:
+            got = prom_api(port, "/api/v1/query", query='count_over_time('
+                           'nv_inference_request_success{model="dense"}[10s])')
+            return bool(got["data"]["result"]) and \
+                float(got["data"]["result"][0]["value"][1]) >= 2
+
+        wait_for(scraped, 30, "Prometheus to scrape Triton twice", poll=0.25)
+        t0 = time.time()
+        _run(tmp_path, "known", """
+mix: {dense_b1: 1}
+phases:
+  - name: known
+    load: {rate: {profile: [[0s, 100], [3s, 100], [3.01s, 300], [6s, 300]]}}
+""", triton)
+        query = "sum by (model) (rate(nv_inference_request_success{model=\"dense\"}[3s]))"
+
+        def export() -> dict[str, Any] | None:
+            got = prom_api(port, "/api/v1/query_range", query=query, start=f"{t0:.3f}",
+                           end=f"{time.time():.3f}", step="1")
+            values = got["data"]["result"][0]["values"] if got["data"]["result"] else []
+            return got if sum(float(v) > 250 for _, v in values) >= 2 else None
+
+        doc = wait_for(export, 20, "the burst to reach Prometheus", poll=0.5)
+    finally:
+        prom.terminate()
+        prom.wait(20)
+    write(tmp_path / "export.json", json.dumps(doc))
+    rates = [float(v) for _, v in doc["data"]["result"][0]["values"]]
+    expected = sum(rates[:-1])  # each 1 s sample's rate holds until the next
+    data = _run(tmp_path, "again", """
+phases:
+  - name: again
+    load: {replay: export.json, models: {dense: dense_b1}}
+""", triton)
+    step = data["phases"][0]["steps"][0]
+    ol = step["open_loop"]
+    assert ol["replay"]["format"] == "prometheus" and ol["dropped"] == 0
+    assert abs(ol["sent"] - expected) <= 0.1 * expected + 20, (ol["sent"], expected)
+    sent = [r["sent"] for r in step["timeline"]]
+    assert max(sent) > 2 * min(s for s in sent if s > 0), sent  # the burst is in it
+    assert_accounted(step)
