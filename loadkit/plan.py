@@ -52,6 +52,8 @@ class Replayed:
     offsets: Any = field(repr=False, compare=False)  # numpy float64
     model_of: Any = field(repr=False, compare=False)  # numpy int32 index into templates
     in_file: int = 0
+    # mooncake: each arrival's line of the file, the entry of its template's pool it sends
+    entry_of: Any = field(default=None, repr=False, compare=False)
 
     def summary(self) -> dict[str, Any]:
         return {"file": self.file, "format": self.format, "speed": self.speed,
@@ -244,7 +246,7 @@ def replay_step(i: int, phase: str, j: int, load: ReplayLoad, speed: float,
     only = next(iter(mix)) if len(mix) == 1 else ""
     replayed = Replayed(traffic.file.name, traffic.format, speed, period, load.loop,
                         tuple(t or only for t in load.templates), traffic.offsets / speed,
-                        traffic.model_of, traffic.in_file)
+                        traffic.model_of, traffic.in_file, traffic.entry_of)
     rate = len(traffic.offsets) / period
     return Step(i, phase, j, 1, load.warmup_s, load.duration_s(speed),
                 Arrivals(rate, "replay", j, load.max_concurrency, load.late_tolerance_s,

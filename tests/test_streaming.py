@@ -332,3 +332,42 @@ phases:
     assert c["responses"] == 5 * c["requests"] > 10
     assert c["output_tokens"] == per_request * c["requests"], (c, per_request)
     assert c["tokens_counted_as"] == "tokenizer.json"
+
+
+MOONCAKE = """
+name: mooncake
+requests:
+  chat: {model: token_generator, llm: {style: vllm, trace: m.jsonl}}
+phases:
+  - name: all
+    load: {replay: m.jsonl}
+  - name: late-half
+    load: {replay: m.jsonl, window: [1s, 2s], speed: 2}
+"""
+
+
+def test_a_mooncake_trace_replays_each_lines_request_at_its_time(stream_triton,
+                                                                 tmp_path: Path) -> None:
+    """AIPerf's mooncake trace as the load and as the llm template's requests: every line is
+    sent once at its timestamp with its own prompt and max_tokens, so the responses streamed
+    are exactly the sum of the lines' output lengths (of the window's lines, for a slice)."""
+    import random
+
+    rng = random.Random(3)
+    rows = [{"timestamp": round(i * 50 + rng.random() * 20, 1),
+             "input_length": rng.randint(5, 40), "output_length": rng.randint(1, 6),
+             "hash_ids": [i % 3, 100 + i]} for i in range(40)]  # 2 s, three shared prefixes
+    (tmp_path / "m.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "r"
+    proc = loadkit("run", str(write(tmp_path / "s.yaml", MOONCAKE)), "--target",
+                   stream_triton.grpc_address, "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    full, half = (p["steps"][0] for p in results(out)["phases"])
+    for step, lines in ((full, rows), (half, [r for r in rows if r["timestamp"] >= 1000])):
+        ol, c = step["open_loop"], step["client"]["chat"]
+        assert ol["replay"]["format"] == "mooncake" and ol["scheduled"] == len(lines), ol
+        assert ol["sent"] == c["requests"] == len(lines) and not step["errors"], step["errors"]
+        assert step["accounting"]["status"] == "ok", step["accounting"]
+        assert c["distinct_payloads"] == len(lines)  # each line its own request, once
+        assert c["responses"] == sum(r["output_length"] for r in lines), c
+    assert abs(half["duration_s"] - 0.5) < 0.1, half["duration_s"]  # 1 s of file at speed 2

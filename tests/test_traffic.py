@@ -90,3 +90,46 @@ def test_bad_files_say_where(tmp_path: Path) -> None:
         read_traffic(tmp_path / "missing.json")
     with pytest.raises(DatasetError, match=r"p.csv:3: t goes back"):
         read_traffic(write(tmp_path / "p.csv", "0,a,1\n5,a,2\n4,a,3\n"))
+
+
+MOONCAKE = [
+    {"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [7, 8]},
+    {"timestamp": 250, "input_length": 520, "output_length": 2, "hash_ids": [7, 9]},
+    {"timestamp": 250, "input_tokens": 30, "output_tokens": 3},  # upstream aliases
+    {"timestamp": 1250.5, "input_length": 40, "output_length": 5, "hash_ids": [11]},
+]
+
+
+@pytest.mark.fast
+def test_a_mooncake_trace_keeps_each_arrivals_line(tmp_path: Path) -> None:
+    """AIPerf's mooncake rows: arrivals at their timestamps (ms), each carrying its line, so the
+    replay sends that line's request; a window keeps the lines it holds."""
+    path = write(tmp_path / "m.jsonl", "\n".join(json.dumps(r) for r in MOONCAKE) + "\n")
+    t = read_traffic(path)
+    assert t.format == "mooncake" and t.models == (ANY,) and t.in_file == 4
+    assert np.allclose(t.offsets, [0, 0.25, 0.25, 1.2505]) and t.entry_of.tolist() == [0, 1, 2, 3]
+    late = read_traffic(path, window=(0.2, 2.0))
+    assert late.entry_of.tolist() == [1, 2, 3] and np.allclose(late.offsets[0], 0.05)
+
+
+@pytest.mark.fast
+def test_an_llm_template_from_a_mooncake_trace_shares_the_prefixes_it_names(tmp_path) -> None:
+    """One request per line: its prompt input_length words built from its hash_ids' blocks
+    (512 words each, seeded by the id: lines that share an id share that prefix), its
+    max_tokens the line's output_length."""
+    from loadkit.scenario import load_scenario
+
+    write(tmp_path / "m.jsonl", "\n".join(json.dumps(r) for r in MOONCAKE) + "\n")
+    scen = load_scenario(write(tmp_path / "s.yaml", """
+requests:
+  chat: {model: token_generator, llm: {style: vllm, trace: m.jsonl}}
+phases:
+  - {name: x, load: {replay: m.jsonl}}
+"""))
+    chat = scen.requests["chat"]
+    texts = [e["text_input"][0].decode().split() for e in chat.dataset.entries]
+    assert [len(t) for t in texts] == [600, 520, 30, 40]
+    assert texts[0][:512] == texts[1][:512] and texts[0][512:520] != texts[1][512:520]
+    asked = [json.loads(e["sampling_parameters"][0])["max_tokens"]
+             for e in chat.dataset.entries]
+    assert asked == [4, 2, 3, 5] and chat.llm.input_tokens_mean == (600 + 520 + 30 + 40) / 4

@@ -123,9 +123,10 @@ class _Schedule:
             self.arrive(i, scheduled_ns, now, window)
         return self.next_ns
 
-    def arrive(self, i: int, scheduled_ns: int, now: int, window: StepWindow | None) -> None:
+    def arrive(self, i: int, scheduled_ns: int, now: int, window: StepWindow | None,
+               entry: int = -1) -> None:
         """One scheduled arrival of template i: sent, late or dropped (a sequence's start,
-        where the mix has sequences)."""
+        where the mix has sequences); `entry`: the pool entry a mooncake line sends."""
         engine, names = self.engine, self.engine.names
         late_ns = now - scheduled_ns
         late = late_ns > self.tolerance_ns
@@ -149,7 +150,11 @@ class _Schedule:
         slot = idle.pop() if idle else Slot()
         self.in_flight += 1
         rng = self.lane.rng
-        payload = engine.payloads[i] if self.draw is None else self.draw(i, rng, window)
+        if entry >= 0:
+            pool = engine.requests.pools[i]
+            payload = engine.requests.draw_at(i, entry % len(pool), window)
+        else:
+            payload = engine.payloads[i] if self.draw is None else self.draw(i, rng, window)
         engine.send(slot, payload, functools.partial(
             self.finished, slot, names[i], scheduled_ns, window),
             engine.streams.streaming[i] and engine.streams.mode(i, rng))
@@ -174,6 +179,8 @@ class _Replay(_Schedule):
         index = {n: i for i, n in enumerate(engine.names)}
         chosen = [index.get(t, -1) for t in replay.templates]
         self.template_of = [chosen[m] for m in replay.model_of.tolist()]
+        self.entry_of = (replay.entry_of.tolist() if replay.entry_of is not None
+                         else None)
         self.period_ns = int(replay.period_s * 1e9)
         self.looped = replay.loop
         self.k = 0
@@ -193,8 +200,9 @@ class _Replay(_Schedule):
             if due > now:
                 return due
             j = self.template_of[self.k]
+            entry = self.entry_of[self.k] if self.entry_of is not None else -1
             self.k += 1
             window = recorder.window
             if window is not None:
                 window.scheduled += 1
-            self.arrive(pick(rng) if j < 0 else j, int(due), now, window)
+            self.arrive(pick(rng) if j < 0 else j, int(due), now, window, entry)

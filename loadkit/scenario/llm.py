@@ -26,13 +26,15 @@ from typing import Any
 
 import numpy as np
 
+from loadkit.errors import DatasetError
 from loadkit.scenario.checks import Checker, found
 from loadkit.scenario.model import DATASET_MAX_BYTES, DatasetSpec, InputSpec, RequestTemplate
+from loadkit.scenario.mooncake import prompt, read_rows
 from loadkit.scenario.source import KeyPath
 
 STYLES = ("vllm", "tensorrt_llm")
 KEYS = ("style", "prompts", "input_tokens", "output_tokens", "count", "seed", "tokenizer",
-        "sampling_parameters")
+        "sampling_parameters", "trace")
 DEFAULT_COUNT = 100
 MAX_COUNT = 100_000
 # synthetic prompts draw their words from here (seeded): plain words, one token each for the
@@ -140,6 +142,8 @@ def llm_template(ck: Checker, raw: Any, path: KeyPath
     tok, tok_file = (_tokenizer(ck, m["tokenizer"], (*path, "tokenizer")) if "tokenizer" in m
                      else (None, None))
     prompts = None
+    if "trace" in m:
+        return _trace_template(ck, m, path, style, tok, tok_file)
     if "prompts" in m and "input_tokens" in m:
         ck.add((*path, "input_tokens"), "prompts come from the file; expected either "
                                         "'prompts' or 'input_tokens', found both")
@@ -169,8 +173,7 @@ def llm_template(ck: Checker, raw: Any, path: KeyPath
             n = _draw(rng, inputs_len)
             text = " ".join(rng.choice(WORDS) for _ in range(n))
             if tok is not None:  # cut where the n-th token ends in the text
-                offsets = tok.encode(text).offsets
-                text = text[:offsets[min(n, len(offsets)) - 1][1]]
+                text = _cut(tok, text, n)
         texts.append(text)
         counts.append(len(tok.encode(text).ids) if tok is not None else len(text.split()))
         wanted.append(_draw(rng, outputs_len))
@@ -178,6 +181,47 @@ def llm_template(ck: Checker, raw: Any, path: KeyPath
     file = Path(m["prompts"]).name if prompts is not None else "synthetic prompts"
     dataset = DatasetSpec(ck.base_dir / file, DATASET_MAX_BYTES, tuple(entries))
     facts = LlmSpec(style, count, sum(counts) / count, sum(wanted) / count,
+                    "words" if tok is None else Path(str(m["tokenizer"])).name, tok_file)
+    return specs, dataset, facts
+
+
+def _cut(tok: Any, text: str, n: int) -> str:
+    """`text` cut where its n-th token ends (a tokenizer's tokens, not words)."""
+    offsets = tok.encode(text).offsets
+    return text[:offsets[min(n, len(offsets)) - 1][1]]
+
+
+def _trace_template(ck: Checker, m: dict[str, Any], path: KeyPath, style: str, tok: Any,
+                    tok_file: Path | None
+                    ) -> tuple[tuple[InputSpec, ...], DatasetSpec, LlmSpec] | None:
+    """`llm: {trace: FILE}`: one request per line of a mooncake trace, its prompt built from
+    the line's hash_ids and input_length, its max_tokens the line's output_length."""
+    for key in ("prompts", "input_tokens", "output_tokens", "count"):
+        if key in m:
+            ck.add((*path, key), f"the trace gives each request's lengths; expected no '{key}' "
+                                 "beside 'trace'")
+    file = ck.file(m["trace"], (*path, "trace"))
+    sampling = m.get("sampling_parameters", {})
+    if file is None or not isinstance(sampling, dict):
+        return None
+    try:
+        rows = read_rows(file)
+    except (DatasetError, OSError, UnicodeDecodeError) as exc:
+        ck.add((*path, "trace"), str(exc))
+        return None
+    blocks: dict[int, list[str]] = {}
+    texts, counts = [], []
+    for i, row in enumerate(rows):
+        text = prompt(row, WORDS, blocks, i)
+        if tok is not None:
+            text = _cut(tok, text, row.input_length)
+        texts.append(text)
+        counts.append(len(tok.encode(text).ids) if tok is not None else row.input_length)
+    wanted = [r.output_length for r in rows]
+    specs, entries = _style_inputs(style, texts, wanted, sampling)
+    dataset = DatasetSpec(file, DATASET_MAX_BYTES, tuple(entries))
+    n = len(rows)
+    facts = LlmSpec(style, n, sum(counts) / n, sum(wanted) / n,
                     "words" if tok is None else Path(str(m["tokenizer"])).name, tok_file)
     return specs, dataset, facts
 

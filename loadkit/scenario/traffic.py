@@ -10,7 +10,10 @@ have, each recognised from the file and refused with file:line when it is not wh
   (Triton's `rate=N` traces one in N), repeated evenly until the next trace;
 - a rate profile: CSV `t,template,rate` (t in seconds; each rate holds until the template's
   next row), or the JSON a Prometheus range query returns (`rate(nv_inference_request_success
-  [1m])` by model); replayed as Poisson arrivals within each piece, seeded.
+  [1m])` by model); replayed as Poisson arrivals within each piece, seeded;
+- AIPerf's mooncake trace (JSON Lines: `timestamp` ms, input/output lengths, `hash_ids`): each
+  arrival carries its line (`entry_of`), so an `llm: {trace: FILE}` template sends that line's
+  request (scenario/mooncake.py).
 """
 
 from __future__ import annotations
@@ -26,8 +29,9 @@ from typing import Any
 import numpy as np
 
 from loadkit.errors import DatasetError
+from loadkit.scenario.mooncake import looks_like, read_rows
 
-FORMATS = ("intervals", "triton_trace", "rate_csv", "prometheus", "profile")
+FORMATS = ("intervals", "triton_trace", "rate_csv", "prometheus", "profile", "mooncake")
 MAX_ARRIVALS = 20_000_000  # ~200 MB of offsets and template indices held by every sender
 ANY = ""  # an arrival for no model in particular: the phase's mix picks the template
 
@@ -44,6 +48,8 @@ class Traffic:
     offsets: np.ndarray = field(repr=False, compare=False)  # float64 seconds
     model_of: np.ndarray = field(repr=False, compare=False)  # int32 index into models
     in_file: int = 0  # records in the file's window (traces, intervals, or rate pieces)
+    # mooncake: each arrival's line (0-based, of the file's requests): the request it sends
+    entry_of: np.ndarray | None = field(default=None, repr=False, compare=False)
 
 
 def read_traffic(path: Path | list[Path], window: tuple[float, float] | None = None,
@@ -66,6 +72,9 @@ def read_traffic(path: Path | list[Path], window: tuple[float, float] | None = N
         starts, models, n, end = _intervals(parts[0])
     elif fmt == "triton_trace":
         starts, models, n = _triton(parts, sample_rate)
+    elif fmt == "mooncake":
+        starts = [r.t_s for r in read_rows(parts[0])]
+        models, n = [ANY] * len(starts), len(starts)
     else:
         pieces = _rate_csv(parts[0]) if fmt == "rate_csv" else _prometheus(parts[0])
         starts, models, n = _poisson(pieces, seed)
@@ -75,7 +84,7 @@ def read_traffic(path: Path | list[Path], window: tuple[float, float] | None = N
     order = sorted(range(len(starts)), key=starts.__getitem__)
     t = np.array([starts[i] for i in order], dtype=np.float64)
     names = [models[i] for i in order]
-    t -= t[0] if fmt == "triton_trace" else 0.0
+    t -= t[0] if fmt in ("triton_trace", "mooncake") else 0.0
     t = np.round(t, 9)  # whole nanoseconds: sums of gaps must not fall out of a window
     lo, hi = window if window is not None else (0.0, end or float(t[-1]) + _tail(t))
     keep = (t >= lo) & (t < hi)
@@ -89,8 +98,9 @@ def read_traffic(path: Path | list[Path], window: tuple[float, float] | None = N
     if len(t) > MAX_ARRIVALS:
         raise DatasetError(f"{path.name}: {len(t)} requests in the window; at most "
                            f"{MAX_ARRIVALS} are held (narrow the window)")
+    entries = np.array(order, dtype=np.int64)[keep] if fmt == "mooncake" else None
     return Traffic(path, fmt, hi - lo, distinct, t,
-                   np.array([index[m] for m in kept], dtype=np.int32), n)
+                   np.array([index[m] for m in kept], dtype=np.int32), n, entries)
 
 
 def _tail(t: np.ndarray) -> float:
@@ -110,7 +120,8 @@ def detect(path: Path) -> tuple[str, list[Path]]:
     if head.startswith("["):
         return "triton_trace", parts
     if head.startswith("{"):
-        return "prometheus", parts[:1]
+        first = head.splitlines()[0]
+        return ("mooncake" if looks_like(first) else "prometheus"), parts[:1]
     first = head.splitlines()[0] if head else ""
     if "," in first:
         return "rate_csv", parts[:1]
