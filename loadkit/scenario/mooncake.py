@@ -77,6 +77,10 @@ def _row(path: Path, n: int, text: str, before: float | None) -> Row:
                                             for i in ids):
         raise DatasetError(f"{where}: expected 'hash_ids' as a list of integers; found "
                            f"{str(ids)[:40]}")
+    if not any(k in raw for k in ("input_length", "input_tokens", "hash_ids")) and any(
+            k in raw for k in ("text_input", "messages", "payload")):
+        raise DatasetError(f"{where}: rows with verbatim text_input / messages are not read "
+                           "(yet); expected 'input_length' (and hash_ids) as mooncake has them")
     inp = raw.get("input_length", raw.get("input_tokens", len(ids) * BLOCK_TOKENS))
     out = raw.get("output_length", raw.get("output_tokens"))
     for key, v in (("input_length", inp), ("output_length", out)):
