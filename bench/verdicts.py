@@ -65,12 +65,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--only", action="append", choices=list(EXPERIMENTS),
+                    help="run only this experiment (repeatable; default: all)")
     args = ap.parse_args()
-    found: dict[str, list[dict[str, str]]] = {name: [] for name in EXPERIMENTS}
+    chosen = {n: ab for n, ab in EXPERIMENTS.items() if not args.only or n in args.only}
+    found: dict[str, list[dict[str, str]]] = {name: [] for name in chosen}
     t0 = time.monotonic()
     with EmbeddedServer(models=("dense",)) as server:
         for _ in range(args.reps):  # the experiments interleaved, as loadkit's rounds are
-            for name, (a, b) in EXPERIMENTS.items():
+            for name, (a, b) in chosen.items():
                 found[name].append(once(server.grpc_address, a, b, args.repeats, args.seconds))
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out = ROOT / "bench" / "results"

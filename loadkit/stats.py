@@ -12,7 +12,8 @@ Two sources of spread (docs/verdicts.md has the method and its references):
 A comparison of two steps of one run with the same rounds pairs them round by round (the
 rounds were interleaved: a drift hits both alike) and takes t over the per-round log ratios;
 otherwise it combines the two steps' own intervals (delta method on the log ratio, Welch-
-Satterthwaite degrees of freedom). `same` when the interval of the change spans 0.
+Satterthwaite degrees of freedom). `same` when the interval of the change spans 0, or when
+the change is smaller than the noise threshold (criterion.rs's, 5% by default).
 """
 
 from __future__ import annotations
@@ -28,6 +29,10 @@ from scipy import special  # stdtrit is what scipy.stats.t.ppf computes, at a qu
 from loadkit.record import Second, new_histogram
 
 DEFAULT_CONFIDENCE = 0.95
+# criterion.rs's noise threshold: a change smaller than this is `same` even when its interval
+# excludes 0 (two runs of one config on a drifting machine differ "significantly" by a few
+# percent; docs/verdicts.md has the A/A numbers that chose 5%)
+NOISE_THRESHOLD = 0.05
 MAX_BATCHES = 10
 # what each metric is, where a step keeps it, and which way is better
 HIGHER_IS_BETTER = {"throughput"}
@@ -127,7 +132,7 @@ def _interval(value: float | None, ti: dict[str, float] | None, method: str,
 
 
 def compare(ref: dict[str, Any], new: dict[str, Any], metric: str,
-            confidence: float) -> dict[str, Any] | None:
+            confidence: float, noise: float = NOISE_THRESHOLD) -> dict[str, Any] | None:
     """`new` against `ref` (two steps in results.json form, with `rounds` and `intervals`):
     {delta_pct, ci_pct: [lo, hi], verdict, method}; None where either lacks the metric.
     Changes are ratios, so intervals are taken on their logarithm (never below -100%, and a
@@ -150,9 +155,12 @@ def compare(ref: dict[str, Any], new: dict[str, Any], metric: str,
                          (new.get("intervals") or {}).get(metric), confidence)
         lo_hi = None if half is None else [_pct(centre - half), _pct(centre + half)]
         method = "the two steps' own intervals (delta method on the log ratio)"
-    return {"delta_pct": round(_pct(centre), 1),
-            "ci_pct": None if lo_hi is None else [round(lo_hi[0], 1), round(lo_hi[1], 1)],
-            "verdict": verdict(metric, lo_hi), "method": method}
+    out = {"delta_pct": round(_pct(centre), 1),
+           "ci_pct": None if lo_hi is None else [round(lo_hi[0], 1), round(lo_hi[1], 1)],
+           "verdict": verdict(metric, lo_hi, _pct(centre), noise), "method": method}
+    if out["verdict"] == "same" and lo_hi is not None and not lo_hi[0] <= 0 <= lo_hi[1]:
+        out["within_noise_pct"] = round(noise * 100, 1)  # significant, but below the threshold
+    return out
 
 
 def _pct(log_ratio: float) -> float:
@@ -181,12 +189,14 @@ def _log_half(a: float, b: float, ia: dict[str, Any] | None, ib: dict[str, Any] 
     return half if math.isfinite(half) else None
 
 
-def verdict(metric: str, ci_pct: list[float] | None) -> str:
-    """better | worse | same (the interval spans 0) | unknown (no interval could be had)."""
+def verdict(metric: str, ci_pct: list[float] | None, delta_pct: float = 0.0,
+            noise: float = 0.0) -> str:
+    """better | worse | same (the interval spans 0, or the change is under the noise
+    threshold) | unknown (no interval could be had)."""
     if ci_pct is None:
         return "unknown"
     lo, hi = ci_pct
-    if lo <= 0 <= hi:
+    if lo <= 0 <= hi or abs(delta_pct) < noise * 100:
         return "same"
     up = lo > 0
     return "better" if up == (metric in HIGHER_IS_BETTER) else "worse"
@@ -197,13 +207,17 @@ def text(c: dict[str, Any]) -> str:
     ci = c.get("ci_pct")
     if ci is None:
         return f"{c['delta_pct']:+.1f}% (no interval)"
+    if c.get("within_noise_pct") is not None:
+        return (f"same ({c['delta_pct']:+.1f}% [{ci[0]:+.0f}, {ci[1]:+.0f}], under the "
+                f"{c['within_noise_pct']:g}% noise threshold)")
     if c["verdict"] == "same":
         half = max(abs(ci[0] - c["delta_pct"]), abs(ci[1] - c["delta_pct"]))
         return f"same (±{half:.0f}%)" if half < 1000 else "same (±>999%: too noisy to say)"
     return f"{c['delta_pct']:+.1f}% [{ci[0]:+.0f}, {ci[1]:+.0f}]"
 
 
-def comparisons(results: dict[str, Any], confidence: float) -> list[dict[str, Any]]:
+def comparisons(results: dict[str, Any], confidence: float,
+                noise: float = NOISE_THRESHOLD) -> list[dict[str, Any]]:
     """results.json's `comparisons`: every phase against the reference (the first phase that
     measured anything), at each load level both measured, for each metric both have."""
     phases = [p for p in results["phases"] if p["steps"]]
@@ -217,7 +231,7 @@ def comparisons(results: dict[str, Any], confidence: float) -> list[dict[str, An
             if base is None:
                 continue
             for metric in METRICS:
-                c = compare(base, step, metric, confidence)
+                c = compare(base, step, metric, confidence, noise)
                 if c is None:
                     continue
                 out.append({"phase": phase["name"], "reference": ref["name"],

@@ -69,6 +69,22 @@ def test_paired_rounds_see_through_a_drift_that_unpaired_numbers_would_not() -> 
 
 
 @pytest.mark.fast
+def test_a_significant_change_under_the_noise_threshold_is_same() -> None:
+    """criterion.rs's noise threshold: B 3% faster in every round is significant (its
+    interval excludes 0) but under 5%, so `same`, and the text says why; with the threshold
+    at 0 it is `better`; 10% is above it and stays `better`."""
+    drift = [1.0, 0.85, 0.7]
+    a = _step(1000 * sum(drift) / 3, 10_000, [(1000 * d, 10_000 / d) for d in drift])
+    b = _step(1030 * sum(drift) / 3, 10_000, [(1030 * d, 10_000 / d) for d in drift])
+    c = compare(a, b, "throughput", 0.95)
+    assert c["ci_pct"][0] > 0 and c["verdict"] == "same" and c["within_noise_pct"] == 5, c
+    assert text(c) == "same (+3.0% [+3, +3], under the 5% noise threshold)"
+    assert compare(a, b, "throughput", 0.95, noise=0.0)["verdict"] == "better"
+    ten = _step(1100 * sum(drift) / 3, 10_000, [(1100 * d, 10_000 / d) for d in drift])
+    assert compare(a, ten, "throughput", 0.95)["verdict"] == "better"
+
+
+@pytest.mark.fast
 def test_without_rounds_the_steps_own_intervals_are_combined() -> None:
     a, b = _step(1000, 10_000, se=0.02), _step(1500, 10_000, se=0.02)
     c = compare(a, b, "throughput", 0.95)

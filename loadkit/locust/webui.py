@@ -22,7 +22,7 @@ from loadkit.report.units import LATENCY_COLUMNS, ms
 from loadkit.run.accounting import first_message
 from loadkit.run.streaming import streaming_results
 from loadkit.scenario import ConcurrencyLoad
-from loadkit.stats import compare
+from loadkit.stats import NOISE_THRESHOLD, compare
 from loadkit.stats import text as change_text
 
 TAB_KEY = "triton"
@@ -127,7 +127,8 @@ def triton_rows(results: dict[str, Any], live: dict[str, Any] | None,
             delta = "reference"
             if base is not s:  # each change with its interval (loadkit/stats.py)
                 conf = float(results.get("confidence", 0.95))
-                t, p = (compare(base, s, m, conf) for m in ("throughput", "p99"))
+                noise = float(results.get("noise_threshold", NOISE_THRESHOLD))
+                t, p = (compare(base, s, m, conf, noise) for m in ("throughput", "p99"))
                 delta = (f"infer/s {change_text(t) if t else '-'}, "
                          f"p99 {change_text(p) if p else '-'}")
             rows.append({

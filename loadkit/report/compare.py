@@ -16,7 +16,7 @@ from hdrh.histogram import HdrHistogram
 from loadkit.plan import load_label
 from loadkit.record import decode, latency_summary, new_histogram
 from loadkit.report.units import infer_per_s, ms, template_of
-from loadkit.stats import METRICS, compare
+from loadkit.stats import METRICS, NOISE_THRESHOLD, compare
 from loadkit.stats import text as change_text
 
 
@@ -231,6 +231,8 @@ def build(
     common = tuple(ld for ld in loads if all(e.at(ld) for e in measured))
     ref = measured[0] if measured else None
     confidence = float(runs[0][1].get("confidence", 0.95)) if runs else 0.95
+    noise = float(runs[0][1].get("noise_threshold", NOISE_THRESHOLD)) if runs else \
+        NOISE_THRESHOLD
     rows = []
     for ld in loads:
         base = ref.at(ld) if ref else None
@@ -239,7 +241,7 @@ def build(
             if p is None:
                 continue
             changes = {m: c for m in METRICS if base and e is not ref and
-                       (c := compare(base.raw, p.raw, m, confidence)) is not None}
+                       (c := compare(base.raw, p.raw, m, confidence, noise)) is not None}
             rows.append(
                 Row(
                     ld,

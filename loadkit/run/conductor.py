@@ -194,7 +194,8 @@ class Conductor:
             run.events.add(RestoreFailed(**failure))
         self._judge()
         try:
-            run.result.comparisons = comparisons(run.result.to_json(), run.scenario.confidence)
+            run.result.comparisons = comparisons(run.result.to_json(), run.scenario.confidence,
+                                                 run.scenario.noise_threshold)
         except Exception as exc:  # the measurements stand; say why the verdicts are missing
             log.exception("the comparisons could not be made")
             run.events.add(ReportRenderFailed(f"comparisons: {exc!r}"))

@@ -124,6 +124,7 @@ class RunResult:
     # `repeats: N` and `confidence`: how each step was measured and judged (loadkit/stats.py)
     repeats: int = 1
     confidence: float = 0.95
+    noise_threshold: float = 0.05
     # every phase against the reference phase, per load and metric, with its interval
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     # `loadkit tune --resume`: the earlier run's phases (JSON) and histograms, kept in front
@@ -148,6 +149,7 @@ class RunResult:
         if self.requests:
             out["requests"] = self.requests
         out["repeats"], out["confidence"] = self.repeats, self.confidence
+        out["noise_threshold"] = self.noise_threshold
         out["comparisons"] = self.comparisons
         if self.capacity:
             out["capacity"] = self.capacity

@@ -66,6 +66,7 @@ class Run:
         self.events = EventLog(self.result.events)
         self.result.requests = list(self.plan.requests)
         self.result.repeats, self.result.confidence = self.plan.repeats, scenario.confidence
+        self.result.noise_threshold = scenario.noise_threshold
         self.drive: Drive = drive(self.plan, self.events)
         self.batch_sizes = self.plan.batch_sizes
         self.template_models = {n: t.model for n, t in scenario.requests.items()}

@@ -289,7 +289,8 @@ class TuneConductor(Conductor):
         if best is not None and baseline is not None and best is not baseline:
             a, b = self._step_of(baseline), self._step_of(best)
             for metric in ("throughput", "p99"):  # the gain with its interval, never bare
-                change = compare(a, b, metric, self.run.scenario.confidence) if a and b \
+                change = compare(a, b, metric, self.run.scenario.confidence,
+                                 self.run.scenario.noise_threshold) if a and b \
                     else None
                 if change is not None:
                     self.run.result.tune["gain"][f"{metric}_change"] = change

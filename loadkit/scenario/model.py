@@ -366,6 +366,7 @@ class Scenario:
     # `confidence` (loadkit/stats.py, docs/verdicts.md)
     repeats: int = 1
     confidence: float = 0.95
+    noise_threshold: float = 0.05  # a smaller change is `same` (loadkit/stats.py)
 
     @property
     def models(self) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ from loadkit.scenario.tune import parse_tune
 
 TOP_KEYS = (
     "name", "description", "target", "requests", "mix", "think_time", "thresholds", "phases",
-    "goodput", "tune", "repeats", "confidence",
+    "goodput", "tune", "repeats", "confidence", "noise_threshold",
 )
 
 
@@ -95,10 +95,11 @@ def load_scenario(path: str | Path) -> Scenario:
     repeats = (ck.integer(top["repeats"], ("repeats",), 1, MAX_REPEATS) or 1
                if "repeats" in top else 1)
     confidence = _confidence(ck, top["confidence"]) if "confidence" in top else 0.95
+    noise = _noise(ck, top["noise_threshold"]) if "noise_threshold" in top else 0.05
     if ck.problems:
         raise ScenarioError(ck.problems)
     return Scenario(name, path, target, requests, mix, think or 0.0, phases, src, goodput, tune,
-                    repeats, confidence)
+                    repeats, confidence, noise)
 
 
 def _confidence(ck: Checker, raw: Any) -> float:
@@ -113,6 +114,22 @@ def _confidence(ck: Checker, raw: Any) -> float:
         ck.add(("confidence",), f"expected a confidence level from 50% to 99.99% such as "
                                 f"95% or 0.95; found {raw!r}")
         return 0.95
+    return float(value)
+
+
+def _noise(ck: Checker, raw: Any) -> float:
+    """`noise_threshold: 5%` (or 0.05): a change smaller than this is `same` (criterion.rs's
+    noise threshold; 0 turns it off)."""
+    value = raw
+    if isinstance(raw, str) and raw.strip().endswith("%"):
+        try:
+            value = float(raw.strip()[:-1]) / 100
+        except ValueError:
+            value = raw
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 0.5:
+        ck.add(("noise_threshold",), f"expected a share from 0% to 50% such as 5% or 0.05; "
+                                     f"found {raw!r}")
+        return 0.05
     return float(value)
 
 
