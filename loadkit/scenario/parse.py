@@ -102,35 +102,38 @@ def load_scenario(path: str | Path) -> Scenario:
                     repeats, confidence, noise)
 
 
-def _confidence(ck: Checker, raw: Any) -> float:
-    """`confidence: 95%` (or 0.95): the level of every interval and verdict."""
+def _share(raw: Any) -> float | None:
+    """`95%` or `0.95` as a number (None when it is neither)."""
     value = raw
     if isinstance(raw, str) and raw.strip().endswith("%"):
         try:
             value = float(raw.strip()[:-1]) / 100
         except ValueError:
-            value = raw
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.5 <= value < 1:
+            return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value)
+
+
+def _confidence(ck: Checker, raw: Any) -> float:
+    """`confidence: 95%` (or 0.95): the level of every interval and verdict."""
+    value = _share(raw)
+    if value is None or not 0.5 <= value < 1:
         ck.add(("confidence",), f"expected a confidence level from 50% to 99.99% such as "
                                 f"95% or 0.95; found {raw!r}")
         return 0.95
-    return float(value)
+    return value
 
 
 def _noise(ck: Checker, raw: Any) -> float:
     """`noise_threshold: 5%` (or 0.05): a change smaller than this is `same` (criterion.rs's
     noise threshold; 0 turns it off)."""
-    value = raw
-    if isinstance(raw, str) and raw.strip().endswith("%"):
-        try:
-            value = float(raw.strip()[:-1]) / 100
-        except ValueError:
-            value = raw
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 0.5:
+    value = _share(raw)
+    if value is None or not 0 <= value <= 0.5:
         ck.add(("noise_threshold",), f"expected a share from 0% to 50% such as 5% or 0.05; "
                                      f"found {raw!r}")
         return 0.05
-    return float(value)
+    return value
 
 
 def _goodput(ck: Checker, raw: Any) -> Goodput | None:
