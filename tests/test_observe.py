@@ -221,7 +221,10 @@ def test_every_dashboard_query_returns_data_in_a_real_prometheus(tmp_path: Path,
         area = sum(float(ours["dense"][t]) for t in seconds)
         their_area = sum(float(theirs["dense"].get(t, 0)) for t in seconds)
         print(f"areas: loadkit {area:.0f}, triton {their_area:.0f}, {len(seconds)} s")
-        assert len(seconds) >= 3 and 0.7 < area / their_area < 1.15, (area, their_area, lines)
+        # Triton's counter restarts when a phase reloads the model (the rate around a reload
+        # loses a scrape or two), and it counts warm-ups: 0.87-1.22 measured; a per-template
+        # or per-inference line would be off by the mix or the batch, beyond these bounds
+        assert len(seconds) >= 3 and 0.6 < area / their_area < 1.4, (area, their_area, lines)
     finally:
         prom.terminate()
         prom.wait(20)
