@@ -288,5 +288,6 @@ def slo_confidence(slo: tuple[Threshold, ...], intervals: dict[str, Any],
         else:
             verdict = "held" if ci[1] <= t.limit else "within noise"
         out.append({"metric": t.metric, "limit_us": t.limit, "value_us": value,
-                    "ci_us": ci, "confidence": confidence, "verdict": verdict})
+                    "ci_us": ci, "confidence": confidence, "verdict": verdict,
+                    "method": i.get("method", "")})
     return out

@@ -107,8 +107,9 @@ def within_run(seconds: dict[int, Second], duration_s: float, batch_sizes: dict[
 
 
 def across_rounds(rounds: list[dict[str, Any]], pooled: dict[str, Any],
-                  confidence: float) -> dict[str, Any]:
-    """Intervals from the rounds' own values, centred on the pooled step's values."""
+                  confidence: float, how: str = "interleaved") -> dict[str, Any]:
+    """Intervals from the rounds' own values, centred on the pooled step's values (`how`:
+    interleaved with other phases' rounds, or back-to-back as tune's and capacity's are)."""
     out: dict[str, Any] = {}
     for metric in METRICS:
         xs = [metric_of(r, metric) for r in rounds]
@@ -116,8 +117,26 @@ def across_rounds(rounds: list[dict[str, Any]], pooled: dict[str, Any],
         if value is None or any(x is None for x in xs):
             continue
         ti = t_interval([float(x) for x in xs if x is not None], confidence)
-        out[metric] = _interval(value, ti, f"across {len(rounds)} interleaved rounds",
-                                len(rounds))
+        out[metric] = _interval(value, ti, f"across {len(rounds)} {how} rounds", len(rounds))
+    return out
+
+
+def mean_step(steps: list[dict[str, Any]], confidence: float) -> dict[str, Any]:
+    """Several measurements of one config (a raced tune trial's) as one step: throughput and
+    percentiles their means, with Student's t interval across them; one measurement is itself."""
+    if len(steps) < 2:
+        return steps[0]
+    out: dict[str, Any] = {"latency_us": {}}
+    for metric in ("throughput", *PERCENTILES):
+        xs = [metric_of(s, metric) for s in steps]
+        if any(x is None for x in xs):
+            continue
+        mean = sum(x for x in xs if x is not None) / len(xs)
+        if metric == "throughput":
+            out["throughput"] = mean
+        else:
+            out["latency_us"][metric] = mean
+    out["intervals"] = across_rounds(steps, out, confidence, "separate")
     return out
 
 
@@ -127,7 +146,9 @@ def _interval(value: float | None, ti: dict[str, float] | None, method: str,
         return {"value": None, "ci": None, "method": method, "n": n}
     if ti is None:
         return {"value": value, "ci": None, "method": method + ": too few to say", "n": n}
-    return {"value": value, "ci": [value - ti["half"], value + ti["half"]], "se": ti["se"],
+    # rates and latencies are never negative: a wide interval (few rounds) stops at 0
+    return {"value": value, "ci": [max(0.0, value - ti["half"]), value + ti["half"]],
+            "se": ti["se"],
             "df": ti["df"], "method": method, "n": n}
 
 
@@ -141,7 +162,8 @@ def compare(ref: dict[str, Any], new: dict[str, Any], metric: str,
     if not a or not b:
         return None
     ra, rb = ref.get("rounds") or [], new.get("rounds") or []
-    if len(ra) >= 2 and len(ra) == len(rb) and ref.get("run") == new.get("run"):
+    if len(ra) >= 2 and len(ra) == len(rb) and ref.get("run") == new.get("run") and all(
+            r.get("order", "interleaved") == "interleaved" for r in (*ra, *rb)):
         logs = [_log_ratio(x, y, metric) for x, y in zip(ra, rb, strict=True)]
         ti = t_interval([v for v in logs if v is not None], confidence) \
             if all(v is not None for v in logs) else None

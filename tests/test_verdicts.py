@@ -263,3 +263,86 @@ def test_an_enormous_interval_is_same_not_an_overflow() -> None:
     a, b = _step(1000, 10_000, se=0.02), _step(900, 10_000, se=400.0)
     c = compare(a, b, "throughput", 0.95)
     assert c["verdict"] == "same" and c["ci_pct"][1] > 1e6, c
+
+
+@pytest.mark.fast
+def test_back_to_back_rounds_are_not_paired_and_raced_measurements_are_averaged() -> None:
+    """Rounds taken back to back (a tune trial's, a capacity probe's) were not measured beside
+    the other step's: the paired method would take the drift between them for the change."""
+    from loadkit.stats import mean_step
+
+    a = _step(100, 1000, [(100, 1000), (110, 900), (90, 1100)])
+    b = _step(150, 700, [(150, 700), (160, 650), (140, 750)])
+    for s in (a, b):
+        s["intervals"] = {"throughput": {"value": s["throughput"], "se": 5.0, "df": 2}}
+    assert "paired" in compare(a, b, "throughput", 0.95)["method"]
+    for r in (*a["rounds"], *b["rounds"]):
+        r["order"] = "back-to-back"
+    assert "delta method" in compare(a, b, "throughput", 0.95)["method"]
+    # a trial raced three times stands for the mean of its measurements, with their interval
+    m = mean_step([_step(100, 1000), _step(120, 900), _step(110, 1100)], 0.95)
+    assert m["throughput"] == pytest.approx(110) and m["latency_us"]["p99"] == pytest.approx(1000)
+    ti = t_interval([100, 120, 110], 0.95)
+    assert m["intervals"]["throughput"]["ci"] == pytest.approx(
+        [110 - ti["half"], 110 + ti["half"]])
+    assert m["intervals"]["throughput"]["method"] == "across 3 separate rounds"
+    assert mean_step([a], 0.95) is a
+
+
+TUNE_REPEATS = """
+name: tune-repeats
+requests:
+  d: {model: dense, inputs: {INPUT0: {dtype: FP32, shape: [256]}}}
+tune:
+  config: {dense: {parameters: {device_us: "2000"}}}
+  models: {dense: {dynamic_batching: [off, on]}}
+  load: {concurrency: 8, step_duration: 1s, warmup: 0.3s}
+  objective: {maximize: throughput}
+  constraints: {p99: 500ms}
+"""
+
+
+def test_tune_and_capacity_measure_each_point_in_repeats_rounds(triton, tmp_path: Path) -> None:
+    """`--repeats 2` on tune: every trial's step is two rounds back to back, pooled, with its
+    intervals from them, and the winner's gain has its interval (batching at 8 in flight on a
+    2 ms execute: several times the throughput). On capacity: every probe is two rounds, and
+    the confirmation's SLO judgement comes from them."""
+    out = tmp_path / "tune"
+    proc = loadkit("tune", str(write(tmp_path / "t.yaml", TUNE_REPEATS)), "--target",
+                   triton.grpc_address, "--strategy", "brute", "--repeats", "2", "--out",
+                   str(out), "--quiet", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = results(out)
+    assert data["repeats"] == 2
+    for p in data["phases"]:
+        (step,) = p["steps"]
+        assert [r["order"] for r in step["rounds"]] == ["back-to-back"] * 2, p["name"]
+        assert step["accounting"]["status"] == "ok" and step["requests"] == sum(
+            r["requests"] for r in step["rounds"])
+        assert step["intervals"]["throughput"]["method"] == "across 2 back-to-back rounds"
+    gain = data["tune"]["gain"]["throughput_change"]
+    assert gain["verdict"] == "better" and gain["ci_pct"][0] > 50, gain
+    assert "delta method" in gain["method"]  # not paired: the rounds were not side by side
+    cap = tmp_path / "cap"
+    scen = write(tmp_path / "c.yaml", """
+name: cap-repeats
+requests: {d: {model: dense, inputs: {INPUT0: {dtype: FP32, shape: [256]}}}}
+phases:
+  - name: base
+    config: {dense: {parameters: {device_us: "4000"}}}
+    load: {rate: 100, arrival: constant, max_concurrency: 64, step_duration: 1s, warmup: 0.3s}
+""")
+    proc = loadkit("capacity", str(scen), "--slo", "p99<50ms", "--precision", "0.5",
+                   "--budget", "40", "--repeats", "2", "--target", triton.grpc_address,
+                   "--out", str(cap), "--quiet", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = results(cap)
+    (phase,) = data["capacity"]["phases"]
+    steps = data["phases"][0]["steps"]
+    assert len(steps) == len(phase["points"]) >= 2
+    for step in steps:
+        assert len(step["rounds"]) == 2 and step["accounting"]["status"] == "ok"
+    assert phase["status"] in ("found", "approximate"), phase
+    if phase["status"] == "found":
+        (p99,) = [c for c in phase["slo_confidence"] if c["metric"] == "p99"]
+        assert "2 back-to-back rounds" in p99["method"], p99

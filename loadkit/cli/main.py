@@ -162,7 +162,8 @@ def _run_options(r: argparse.ArgumentParser, optional: bool = False) -> None:
     r.add_argument("--quiet", action="store_true", help="no progress lines")
     r.add_argument("--repeats", type=int, default=0, metavar="N",
                    help="measure every phase N times in interleaved rounds, for intervals that "
-                        "see the machine's drift (default: the scenario's repeats, else 1)")
+                        "see the machine's drift (tune, capacity: each trial or probe N times "
+                        "back to back; default: the scenario's repeats, else 1)")
     r.add_argument("--prometheus-port", type=int, default=0, metavar="P",
                    help="serve loadkit's live metrics for Prometheus on this port while the run "
                         "lasts (docs/observe.md)")

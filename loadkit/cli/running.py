@@ -128,7 +128,8 @@ def _quick_start(args: argparse.Namespace) -> Path | None:
 
 
 def with_repeats(scenario: Any, args: argparse.Namespace) -> Any:
-    """`--repeats N` over the scenario's `repeats` (tune and capacity measure once, for now)."""
+    """`--repeats N` over the scenario's `repeats` (tune and capacity: each trial or probe in N
+    rounds, docs/verdicts.md)."""
     import dataclasses
 
     from loadkit.errors import LoadkitError
@@ -137,9 +138,6 @@ def with_repeats(scenario: Any, args: argparse.Namespace) -> Any:
     if args.repeats and not 1 <= args.repeats <= MAX_REPEATS:
         raise LoadkitError(f"--repeats: expected 1 to {MAX_REPEATS}; found {args.repeats}")
     repeats = args.repeats or scenario.repeats
-    if repeats > 1 and args.command in ("tune", "capacity"):
-        raise LoadkitError(f"--repeats / repeats: {repeats}: `loadkit {args.command}` measures "
-                           "each point once for now; repeats are for `loadkit run`")
     return dataclasses.replace(scenario, repeats=repeats)
 
 

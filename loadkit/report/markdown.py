@@ -49,8 +49,10 @@ def noise_note(results: dict[str, Any]) -> list[str]:
         median, (top, where) = found[len(found) // 2][0], found[-1]
         parts.append(f"{metric} ±{median:.1f}% (median over steps; most ±{top:.1f}% in "
                      f"{where})")
+    order = next((s["rounds"][0].get("order", "interleaved") for p in results["phases"]
+                  for s in p["steps"] if s.get("rounds")), "interleaved")
     return [f"Noise: the same phase at the same load moved between its "
-            f"{results.get('repeats', 2)} interleaved rounds by " + ", ".join(parts) +
+            f"{results.get('repeats', 2)} {order} rounds by " + ", ".join(parts) +
             " (coefficient of variation). A change smaller than this is not a finding.", ""]
 
 

@@ -47,6 +47,8 @@ class CapacitySpec:
 
 
 class CapacityConductor(Conductor):
+    ROUNDS = "back-to-back"
+
     def __init__(self, run: Hub, spec: CapacitySpec):
         super().__init__(run)
         self.spec = spec
@@ -67,6 +69,13 @@ class CapacityConductor(Conductor):
             "phases": self.summaries,
             "cheapest": cheapest(self.summaries),  # type: ignore[arg-type]
         }
+
+    def _walk_plan(self) -> None:
+        """Each phase searched once (the base's rounds would search it again): `repeats`
+        measures each probe in that many rounds instead."""
+        for phase in self.run.plan.phases:
+            if self.aborted or self._run_phase(phase) is None:
+                return
 
     def _phase_budget_s(self, phase: PhasePlan) -> float:
         left = self.spec.budget_s - (time.monotonic() - self.started)
@@ -93,7 +102,8 @@ class CapacityConductor(Conductor):
             search = Search(start=float(start), precision=self.spec.precision,
                             max_rate=self.spec.max_rate or Search.max_rate)
         deadline = time.monotonic() + self._phase_budget_s(phase)
-        cost = first.warmup_s + first.duration_s + PROBE_OVERHEAD_S
+        rounds = self.run.plan.repeats  # each probe in this many rounds, pooled
+        cost = (first.warmup_s + first.duration_s + PROBE_OVERHEAD_S) * rounds
         mix = phase.mix
         batch = sum(mix.get(n, 0) * b for n, b in self.run.batch_sizes.items()) / sum(
             mix.values())
@@ -116,10 +126,14 @@ class CapacityConductor(Conductor):
                 step = Step(phase.index, phase.name, len(pr.steps), 1, first.warmup_s, duration,
                             Arrivals(rate, template.arrival, template.seed + len(pr.steps),
                                      template.max_concurrency, template.late_tolerance_s))
-            if time.monotonic() + cost + duration - first.duration_s > deadline:
+            if time.monotonic() + cost + (duration - first.duration_s) * rounds > deadline:
                 search.stopped = "budget"
                 break
-            self._run_step(step, pr)
+            for r in range(rounds):
+                self.round = r
+                self._run_step(step, pr)
+                if self.aborted:
+                    break
             result = pr.steps[-1].to_json()
             passed, broken = judge_step(self.spec.slo, result)
             ol = result.get("open_loop", {})

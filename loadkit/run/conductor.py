@@ -68,6 +68,10 @@ LIVENESS_S = 1.0
 
 
 class Conductor:
+    # how a step's rounds are taken: phases interleaved here; tune's trials and capacity's
+    # probes are adaptive, so theirs come back to back (the intervals' method says which)
+    ROUNDS = "interleaved"
+
     def __init__(self, run: Hub):
         self.run = run
         self.target: tuple[int, float] | None = (run.plan.steps[0].concurrency, 1000.0)
@@ -163,7 +167,8 @@ class Conductor:
         self._set_stage("configuring", 0)
         outcome = run.controller.apply_phase(phase)
         pr.status, pr.reason = outcome.status, outcome.reason
-        pr.reload_s, pr.config = outcome.reload_s, outcome.config
+        # a round on the config already loaded reloads nothing: keep the reload it had
+        pr.reload_s, pr.config = outcome.reload_s or pr.reload_s, outcome.config
         run.save()
         if pr.status not in ("failed", "skipped"):
             self._walk_phase(phase, pr)
@@ -360,7 +365,8 @@ class Conductor:
         one = build_step_result(StepContext(**base, got=got, before=before, after=after,
                                             started_at=started_at, duration_s=duration,
                                             status=status, server_rows=rows))
-        pool = self._pools.setdefault(step.key, Pool(step)) if run.plan.repeats > 1 else None
+        pool = (self._pools.setdefault(step.key, Pool(step, self.ROUNDS))
+                if run.plan.repeats > 1 else None)
         if pool is not None:
             pool.add(got, before, after, duration, rows, started_at)
             pool.keep(one)
@@ -379,7 +385,7 @@ class Conductor:
             started_at=pool.started_at, duration_s=pool.duration_s,
             status="ok" if statuses == {"ok"} else "partial", server_rows=pool.server_rows))
         pooled.rounds = list(pool.rounds)
-        pooled.intervals = across_rounds(pool.rounds, pooled.to_json(), confidence)
+        pooled.intervals = across_rounds(pool.rounds, pooled.to_json(), confidence, self.ROUNDS)
         return pooled
 
     def _await_server(self, step: Step) -> None:

@@ -37,6 +37,7 @@ class Pool:
     """The rounds of one step so far."""
 
     step: Step
+    order: str = "interleaved"  # or "back-to-back" (tune, capacity): compare pairs only the first
     window: StepWindow | None = None
     counters: dict[str, ModelCounters] = field(default_factory=dict)  # deltas, summed
     metrics: MetricsSnapshot = field(default_factory=MetricsSnapshot)
@@ -100,7 +101,8 @@ class Pool:
     def keep(self, result: StepResult) -> None:
         """A round's own numbers, for its intervals and the verdicts."""
         r = result.to_json()
-        entry = {"round": len(self.rounds) + 1, **{k: r[k] for k in ROUND_KEYS},
+        entry = {"round": len(self.rounds) + 1, "order": self.order,
+                 **{k: r[k] for k in ROUND_KEYS},
                  "accounting": r["accounting"]["status"]}
         if r.get("streaming"):
             entry["streaming"] = {k: r["streaming"][k] for k in

@@ -25,7 +25,7 @@ from loadkit.scenario import PhaseSpec, Requirements, Scenario, Thresholds, Tune
 from loadkit.search import race, space
 from loadkit.search.score import operating_point, pareto, rank_key, reference_of
 from loadkit.search.strategies import STRATEGIES
-from loadkit.stats import compare
+from loadkit.stats import compare, mean_step
 
 log = logging.getLogger("loadkit.tune")
 DONE = ("ok", "failed", "skipped")  # a trial in these states is never measured again
@@ -48,6 +48,8 @@ RACE_INDEX = 100_000  # re-measures' phase indices start here, clear of every tr
 
 
 class TuneConductor(Conductor):
+    ROUNDS = "back-to-back"
+
     def __init__(self, run: Hub, opts: TuneRun):
         super().__init__(run)
         assert run.scenario.tune is not None
@@ -126,16 +128,28 @@ class TuneConductor(Conductor):
             return True
         steps = self.template.steps
         reload_s = max((sum(t.get("reload_s", {}).values()) for t in self.trials), default=0.0)
-        cost = sum(s.warmup_s + s.duration_s + STEP_OVERHEAD_S for s in steps) + reload_s
+        cost = sum(s.warmup_s + s.duration_s + STEP_OVERHEAD_S for s in steps) * \
+            self.run.plan.repeats + reload_s
         return time.monotonic() - self.started + cost <= self.opts.budget_s
 
     def _step_of(self, trial: dict[str, Any]) -> dict[str, Any] | None:
-        """The step a trial's operating point stands for (its first measurement's)."""
-        for pr in self.run.result.phases:
-            if pr.name == trial["phase"]:
-                return next((s.to_json() for s in pr.steps
-                             if s.index == trial["point"]["step"]), None)
-        return None
+        """The step a trial's operating point stands for: its measurement's, or, for a raced
+        trial, the mean of all its measurements with their interval (stats.mean_step)."""
+        names = [trial["phase"], *trial.get("remeasured", [])]
+        steps = [s.to_json() for pr in self.run.result.phases if pr.name in names
+                 for s in pr.steps if s.index == trial["point"]["step"]]
+        return mean_step(steps, self.run.scenario.confidence) if steps else None
+
+    def _measure(self, phase: PhasePlan) -> PhaseResult | None:
+        """The phase measured in `repeats` rounds back to back (its config loaded once), the
+        rounds pooled into its steps (Conductor._result)."""
+        pr = None
+        for r in range(self.run.plan.repeats):
+            self.round = r
+            pr = self._run_phase(phase)
+            if pr is None or pr.status != "ok" or self.aborted:
+                break
+        return pr
 
     def _phase_for(self, n: int, name: str, overlays: dict[str, Any]) -> PhasePlan:
         """The tune load as phase n, named `name`, on these overlays."""
@@ -178,7 +192,7 @@ class TuneConductor(Conductor):
         # an index no trial has (a resumed search's trials count, this run's phases may not)
         n = RACE_INDEX + len(self.run.result.phases)
         self.title = f"racing trial {trial['trial']} ({k})"
-        pr = self._run_phase(self._phase_for(n, f"{trial['phase']}#{k}", trial["overlay"]))
+        pr = self._measure(self._phase_for(n, f"{trial['phase']}#{k}", trial["overlay"]))
         if pr is None or pr.status != "ok":
             return None
         trial.setdefault("remeasured", []).append(pr.name)
@@ -204,7 +218,7 @@ class TuneConductor(Conductor):
                                   for k, v in space.values(self.dims, point).items()))
         self.in_trial = True
         try:
-            pr = self._run_phase(phase)
+            pr = self._measure(phase)
         finally:
             self.in_trial = False
         if pr is None:
