@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from conftest import ROOT, loadkit, results, wait_for, write
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
@@ -117,6 +118,20 @@ def test_quick_finds_within_10_percent_of_brute_in_fewer_trials_and_the_winner_l
     assert "Raced before naming it" in summary and "Recommended: trial" in summary
     raced = [x for x in t["trials"] if x["trial"] in t["raced"]]
     assert all(x["point"]["measurements"] >= 2 for x in raced), raced
+    # the winner's gain stands on all its measurements (their mean and t interval), not on
+    # the first, which was the field's luckiest draw
+    gain = t["gain"]["throughput_change"]
+    assert gain["verdict"] == "better" and gain["ci_pct"], gain
+    assert "delta method" in gain["method"], gain
+    phases = {p["name"]: p["steps"][0]["throughput"] for p in results(out)["phases"]}
+
+    def mean(trial: dict[str, Any]) -> float:  # over its measurements (the baseline may race)
+        names = (trial["phase"], *trial.get("remeasured", []))
+        return sum(phases[n] for n in names) / len(names)
+
+    won = next(x for x in t["trials"] if x["trial"] == t["best"])
+    base = next(x for x in t["trials"] if x["baseline"])
+    assert gain["delta_pct"] == pytest.approx((mean(won) / mean(base) - 1) * 100, abs=0.1)
     assert (out / "tune_pareto.png").stat().st_size > 1000
     # the winner's config.pbtxt: Triton's text format, loaded as is into the running server
     text = (out / "best" / "dense" / "config.pbtxt").read_text()
