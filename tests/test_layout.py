@@ -193,3 +193,53 @@ def test_no_test_file_imports_another() -> None:
             elif isinstance(node, ast.Import):
                 found += [f"{path.name} imports {a.name}" for a in node.names if a.name in names]
     assert found == [], found
+
+
+def _host_members() -> set[str]:
+    """The lane interface's public members: engine/host.py's Host attributes, properties and
+    methods."""
+    tree = ast.parse((PACKAGE / "engine" / "host.py").read_text())
+    host = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Host")
+    out = set()
+    for node in ast.walk(host):
+        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_"):
+            out.add(node.name)
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
+              and node.value.id == "self" and isinstance(node.ctx, ast.Store)):
+            out.add(node.attr)
+    return {m for m in out if not m.startswith("_")}
+
+
+def seam_breaches(sources: dict[str, str], members: set[str]) -> list[str]:
+    """Where a load model reaches past the lane interface: an import of the engine's core, or
+    `engine.X` / `self.engine.X` with X not a member of Host."""
+    out = []
+    for name, text in sorted(sources.items()):
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.module == "loadkit.engine.core":
+                out.append(f"{name} imports loadkit.engine.core")
+            if not isinstance(node, ast.Attribute):
+                continue
+            owner = node.value
+            is_engine = (isinstance(owner, ast.Name) and owner.id == "engine") or (
+                isinstance(owner, ast.Attribute) and owner.attr == "engine")
+            if is_engine and node.attr not in members:
+                out.append(f"{name}:{node.lineno} engine.{node.attr}")
+    return out
+
+
+@pytest.mark.fast
+def test_load_models_use_only_the_lane_interface() -> None:
+    """loads/ reaches the engine through engine/host.py alone (what a lane may send, count and
+    wait on), so the engine's insides can change under the load models."""
+    members = _host_members()
+    assert {"send", "count", "gate", "payload", "slot", "release"} <= members, members
+    sources = {p.name: p.read_text() for p in (PACKAGE / "loads").glob("*.py")}
+    assert seam_breaches(sources, members) == []
+    # a load model that reaches into the engine is found
+    assert seam_breaches({"x.py": "from loadkit.engine.core import Engine\n"
+                                  "def f(engine):\n    return engine.idle_slots\n"}, members) == [
+        "x.py imports loadkit.engine.core", "x.py:3 engine.idle_slots"]
+    # every load kind the scenario accepts has a registered model
+    from loadkit.loads.registry import MODELS
+    assert set(MODELS) == {"concurrency", "rate", "replay"}

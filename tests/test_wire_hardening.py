@@ -8,6 +8,7 @@ test runs the real Engine (or Wire) and checks that every request is accounted f
 from __future__ import annotations
 
 import asyncio
+import functools
 import random
 import ssl
 import threading
@@ -23,6 +24,7 @@ from grpc_peer import Peer, request_bytes
 from tritonclient.grpc import service_pb2
 
 from loadkit.engine.core import Engine
+from loadkit.engine.host import Host
 from loadkit.loads.closed import run_closed
 from loadkit.plan import Step
 from loadkit.record import Recorder, StepWindow
@@ -45,7 +47,7 @@ def drive(address: str, target: TargetSpec, payload: bytes, users: int, count: i
     window = recorder.open(Step(0, "p", 0, users, 0.0, 1.0))
     for i in range(users):
         engine.add_lane(random.Random(i))
-    engine.set_runner(run_closed)
+    engine.set_runner(functools.partial(run_closed, Host(engine)))
     engine.open_gate()
     try:
         wait_for(lambda: window.successes() + window.error_count() >= count, timeout_s,

@@ -3,9 +3,10 @@ speaks gRPC over one HTTP/2 connection (transport/wire.py).
 
 Why not in the Locust user's greenlet: grpc under gevent cost several times perf_analyzer's
 client CPU per inference (docs/performance.md). Each Locust user owns one *lane*: a coroutine on
-the engine's loop that waits at the gate and runs the load model's lane runner (loads/), a chain
-of callbacks over `send` and `count`; gevent never touches a request. Latencies go into the HDR
-window on the engine thread, where they are measured; completions reach Locust in batches.
+the engine's loop that waits at the gate and runs the load model's lane runner (loads/, over
+engine/host.py), a chain of callbacks over `send` and `count`; gevent never touches a
+request. Latencies go into the HDR window on the engine thread, where they are measured;
+completions reach Locust in batches.
 
 The main thread (gevent hub: Locust, conductor, web UI) talks to the engine only through
 `call_soon_threadsafe` (`on_loop` waits for an answer), thread-safe deques and
@@ -44,9 +45,9 @@ MODEL_INFER = b"/inference.GRPCInferenceService/ModelInfer"
 MODEL_STREAM_INFER = b"/inference.GRPCInferenceService/ModelStreamInfer"
 WATCHDOG_S = 0.05
 T = TypeVar("T")
-# A load model's lane runner (loads/): sends a lane's requests until the gate closes or the
-# lane stops; the engine runs it again at the next gate opening.
-LaneRunner = Callable[["Engine", Lane], Awaitable[None]]
+# What a gate opening runs on each lane: the load model's runner bound to the lane interface
+# (engine/host.py), until the gate closes or the lane stops
+LaneTask = Callable[[Lane], Awaitable[None]]
 
 
 class Engine:
@@ -67,8 +68,6 @@ class Engine:
         self.address = address
         self.target = target
         self.requests = Pools(pools, names)  # the drive sets its order and expected outputs
-        self.payloads = self.requests.first  # the first of each template's (often the only)
-        self.draw = self.requests.draw
         self.epoch = 0  # the drive bumps it at a new phase: open sequences end there
         self.streams = StreamPolicy(list(names))  # decoupled templates: how each is read
         self.names = list(names)
@@ -89,9 +88,8 @@ class Engine:
         self._thread: threading.Thread | None = None
         self.lanes: set[Lane] = set()
         self._busy: set[Slot] = set()
-        self.idle_slots: list[Slot] = []
-        self.spare_slots: list[Slot] = []  # for requests no lane sends (a sequence's END)
-        self.runner: LaneRunner | None = None
+        self.idle_slots: list[Slot] = []  # for requests no lane owns (engine/host.py)
+        self.runner: LaneTask | None = None
         self.generation = 0
         self.wire: Wire | None = None
         self._stopped = False
@@ -122,7 +120,7 @@ class Engine:
         lane.stopping = True
         self._post(self._wake_lane, lane)
 
-    def set_runner(self, runner: LaneRunner) -> None:
+    def set_runner(self, runner: LaneTask) -> None:
         """The next gate opening runs every lane with this load model's runner."""
         self.runner = runner
 
@@ -242,7 +240,7 @@ class Engine:
                 elif self.runner is None:
                     raise RuntimeError("the gate opened before a load model was set")
                 else:
-                    await self.runner(self, lane)
+                    await self.runner(lane)
         except asyncio.CancelledError:
             pass
         finally:
@@ -388,11 +386,6 @@ class Engine:
         if done is not None:
             done(Result(latency_us, size, error, end_ns, own_us) if stream is None
                  else stream.result(latency_us, size, error, end_ns, own_us, sent_ns))
-
-    @property
-    def pooled(self) -> bool:
-        """Whether requests must come through draw() (several per template, or validated)."""
-        return self.requests.pooled
 
     def count(self, name: str, window: StepWindow | None, latency_us: int,
               service_us: int | None, result: Result) -> None:

@@ -5,13 +5,29 @@ from __future__ import annotations
 
 import asyncio
 import functools
+from collections.abc import Callable
 
-from loadkit.engine.core import Engine
+from loadkit.engine.host import Host
 from loadkit.engine.slots import Lane, Result
 from loadkit.record import StepWindow
 
 
-async def run_closed(engine: Engine, lane: Lane) -> None:
+def go_on(loop: asyncio.AbstractEventLoop, think_s: float, result: Result,
+          send_next: Callable[[], None]) -> asyncio.TimerHandle | None:
+    """After a request ended, the lane's next: after the think time; else at once, inside the
+    read that brought the reply; after a failure one iteration later (failures end inside a
+    cancel, a reset, a lost connection or the send itself, whose callers still hold the
+    slot). The timer to cancel when the lane stops, if any. (Closed loops and sequences.)"""
+    if think_s > 0:
+        return loop.call_later(think_s, send_next)
+    if result.error is None:
+        send_next()
+    else:
+        loop.call_soon(send_next)
+    return None
+
+
+async def run_closed(engine: Host, lane: Lane) -> None:
     """Send the lane's requests back to back until the gate closes or the lane stops.
 
     A chain of callbacks, not a coroutine step per request: the next request leaves from the
@@ -22,8 +38,7 @@ async def run_closed(engine: Engine, lane: Lane) -> None:
     a deadline's cancel must finish with the slot first."""
     gate, loop = engine.gate, engine.loop
     assert gate is not None and loop is not None
-    names, payloads, pick, rng = engine.names, engine.payloads, engine.pick, lane.rng
-    draw = engine.draw if engine.pooled else None
+    names, payload, pick, rng = engine.names, engine.payload, engine.pick, lane.rng
     think, recorder, streams = engine.think_time_s, engine.recorder, engine.streams
     slot = lane.slot
     over: asyncio.Future[None] = loop.create_future()
@@ -38,21 +53,13 @@ async def run_closed(engine: Engine, lane: Lane) -> None:
         window = recorder.window
         if window is not None:
             window.sent += 1
-        payload = payloads[i] if draw is None else draw(i, rng, window)
-        engine.send(slot, payload, functools.partial(finished, i, window),
+        engine.send(slot, payload(i, rng, window), functools.partial(finished, i, window),
                     streams.streaming[i] and streams.mode(i, rng))
 
     def finished(i: int, window: StepWindow | None, result: Result) -> None:
         nonlocal pause
         engine.count(names[i], window, result.latency_us, None, result)
-        if think > 0:
-            pause = loop.call_later(think, send_next)
-        elif result.error is None:
-            send_next()
-        else:
-            # Failures end inside a cancel, a reset, a lost connection or the send itself,
-            # whose callers still hold the slot: the next request waits one iteration.
-            loop.call_soon(send_next)
+        pause = go_on(loop, think, result, send_next)
 
     send_next()
     try:

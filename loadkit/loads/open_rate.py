@@ -10,7 +10,7 @@ import functools
 import random
 import time
 
-from loadkit.engine.core import Engine, LaneRunner
+from loadkit.engine.host import Host
 from loadkit.engine.slots import Lane, Result, Slot
 from loadkit.loads.open_sequence import open_sequences
 from loadkit.loads.sequence import Ids
@@ -20,22 +20,13 @@ from loadkit.scenario import SequenceSpec
 from loadkit.transport.timer import PreciseTimer
 
 
-def schedule(arrivals: Arrivals, specs: list[SequenceSpec | None] | None = None,
-             ids: list[Ids | None] | None = None) -> LaneRunner:
-    """The lane runner for one step's arrivals (each starting a sequence where the mix has
-    sequence templates: loads/open_sequence.py; a replay's from its file)."""
-    if arrivals.replay is not None:
-        return functools.partial(run_replay, arrivals=arrivals)
-    return functools.partial(run_schedule, arrivals=arrivals, specs=specs, ids=ids)
-
-
-async def run_replay(engine: Engine, lane: Lane, arrivals: Arrivals) -> None:
+async def run_replay(engine: Host, lane: Lane, arrivals: Arrivals) -> None:
     """Send each recorded request at its offset (at the step's speed) from the gate's opening,
     for its template (or the mix's pick), until the gate closes; dropped and late as a rate."""
     await _Replay(engine, lane, arrivals, None, None).run()
 
 
-async def run_schedule(engine: Engine, lane: Lane, arrivals: Arrivals,
+async def run_schedule(engine: Host, lane: Lane, arrivals: Arrivals,
                        specs: list[SequenceSpec | None] | None = None,
                        ids: list[Ids | None] | None = None) -> None:
     """Send on a schedule fixed in advance until the gate closes or reopens.
@@ -53,10 +44,10 @@ class _Schedule:
 
     IDLE_S = 0.05  # nothing more to send (a replay's end): how often the gate is looked at
 
-    def __init__(self, engine: Engine, lane: Lane, arrivals: Arrivals,
+    def __init__(self, engine: Host, lane: Lane, arrivals: Arrivals,
                  specs: list[SequenceSpec | None] | None,
                  ids: list[Ids | None] | None):
-        assert engine.gate is not None and engine.loop is not None and engine.wire is not None
+        assert engine.gate is not None and engine.loop is not None
         self.engine, self.lane, self.loop = engine, lane, engine.loop
         self.generation = engine.generation
         self.rng = random.Random(arrivals.seed * 7_919 + self.generation)
@@ -64,7 +55,6 @@ class _Schedule:
         self.mean_ns = 1e9 / arrivals.rate
         self.cap = arrivals.max_concurrency or 1_000_000
         self.tolerance_ns = arrivals.late_tolerance_s * 1e9
-        self.draw = engine.draw if engine.pooled else None
         self.seqs = open_sequences(engine, lane, specs, ids)
         if self.seqs is not None:
             self.seqs.resume(arrivals.max_concurrency)
@@ -90,19 +80,15 @@ class _Schedule:
     def tick(self) -> None:
         """Send what is due (in one write), then sleep until the next is."""
         engine, lane = self.engine, self.lane
-        gate, wire = engine.gate, engine.wire
-        assert gate is not None and wire is not None
+        gate = engine.gate
+        assert gate is not None
         if not gate.is_set() or self.generation != engine.generation or lane.stopping:
             if not self.over.done():
                 self.over.set_result(None)
             return
-        conn = wire.live()
-        if conn is not None:
-            conn.corked = True  # the sends below leave in one write, in this iteration
+        conn = engine.cork()  # the sends below leave in one write, in this iteration
         due = self.send_due(time.perf_counter_ns())
-        if conn is not None:
-            conn.corked = False
-            conn.flush()
+        engine.uncork(conn)
         delay = self.IDLE_S if due is None else (due - time.perf_counter_ns()) / 1e9
         if self.precise is not None:
             self.precise.call_later(delay)
@@ -146,15 +132,14 @@ class _Schedule:
             window.sent_late(names[i], late_ns // 1000)
             if late:
                 window.late[names[i]] += 1
-        idle = engine.idle_slots
-        slot = idle.pop() if idle else Slot()
+        slot = engine.slot()
         self.in_flight += 1
         rng = self.lane.rng
         if entry >= 0:
             pool = engine.requests.pools[i]
             payload = engine.requests.draw_at(i, entry % len(pool), window)
         else:
-            payload = engine.payloads[i] if self.draw is None else self.draw(i, rng, window)
+            payload = engine.payload(i, rng, window)
         engine.send(slot, payload, functools.partial(
             self.finished, slot, names[i], scheduled_ns, window),
             engine.streams.streaming[i] and engine.streams.mode(i, rng))
@@ -162,7 +147,7 @@ class _Schedule:
     def finished(self, slot: Slot, name: str, scheduled_ns: int, window: StepWindow | None,
                  result: Result) -> None:
         self.in_flight -= 1
-        self.engine.idle_slots.append(slot)
+        self.engine.release(slot)
         from_schedule_us = (result.end_ns - scheduled_ns) // 1000
         self.engine.count(name, window, from_schedule_us, result.latency_us, result)
 
@@ -170,7 +155,7 @@ class _Schedule:
 class _Replay(_Schedule):
     """A replay's schedule: the file's offsets instead of a rate's gaps."""
 
-    def __init__(self, engine: Engine, lane: Lane, arrivals: Arrivals,
+    def __init__(self, engine: Host, lane: Lane, arrivals: Arrivals,
                  specs: list[SequenceSpec | None] | None, ids: list[Ids | None] | None):
         super().__init__(engine, lane, arrivals, specs, ids)
         replay = arrivals.replay

@@ -20,7 +20,7 @@ import functools
 import time
 from dataclasses import dataclass, field
 
-from loadkit.engine.core import Engine
+from loadkit.engine.host import Host
 from loadkit.engine.slots import Lane, Result, Slot
 from loadkit.loads.sequence import Ids, answered, id_bytes, length, sequence_request
 from loadkit.record import StepWindow
@@ -44,7 +44,7 @@ class _Open:
 class OpenSequences:
     """One lane's open sequences in an open-loop step; kept on `lane.state` between openings."""
 
-    def __init__(self, engine: Engine, lane: Lane, specs: list[SequenceSpec | None],
+    def __init__(self, engine: Host, lane: Lane, specs: list[SequenceSpec | None],
                  ids: list[Ids | None]):
         self.engine = engine
         self.lane = lane
@@ -166,7 +166,7 @@ class OpenSequences:
     release = drop
 
 
-def open_sequences(engine: Engine, lane: Lane,
+def open_sequences(engine: Host, lane: Lane,
                    specs: list[SequenceSpec | None] | None,
                    ids: list[Ids | None] | None) -> OpenSequences | None:
     """The lane's open sequences (made on first use), or None for a mix without sequences."""

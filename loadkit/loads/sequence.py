@@ -20,8 +20,9 @@ from dataclasses import dataclass
 
 from tritonclient.grpc import service_pb2
 
-from loadkit.engine.core import Engine, LaneRunner
+from loadkit.engine.host import Host, LaneRunner
 from loadkit.engine.slots import Lane, Result, Slot
+from loadkit.loads.closed import go_on
 from loadkit.record import StepWindow
 from loadkit.scenario import ConcurrencyLoad, Scenario, SequenceSpec
 from loadkit.transport.call import frame
@@ -122,7 +123,7 @@ class _State:
     release = drop  # the engine calls it when the lane ends
 
 
-def sequence_request(engine: Engine, i: int, rng: random.Random, window: StepWindow | None,
+def sequence_request(engine: Host, i: int, rng: random.Random, window: StepWindow | None,
                      entry: int, ids: bytes, first: bool, last: bool) -> bytes:
     """Template i's next request in a sequence (a data set sequence's step `entry` when >= 0,
     else the template's own order), framed with its id and START / END flags (none without
@@ -130,7 +131,7 @@ def sequence_request(engine: Engine, i: int, rng: random.Random, window: StepWin
     if entry >= 0:
         payload = engine.requests.draw_at(i, entry, window)
     else:
-        payload = engine.draw(i, rng, window) if engine.pooled else engine.payloads[i]
+        payload = engine.payload(i, rng, window)
     return flagged(payload, ids, first, last) if ids else payload
 
 
@@ -145,7 +146,7 @@ def answered(result: Result) -> bool:
     return result.error is None or result.error.code == "MISMATCH"
 
 
-async def run_sequences(engine: Engine, lane: Lane, specs: list[SequenceSpec | None],
+async def run_sequences(engine: Host, lane: Lane, specs: list[SequenceSpec | None],
                         ids: list[Ids | None]) -> None:
     """Send the lane's sequences until the gate closes or the lane stops; an open sequence
     goes on at the next gate opening (warm-up -> measured window, the next step). The drive
@@ -164,7 +165,7 @@ class _SequenceLane:
     """One lane's closed loop of sequences for one gate opening: a chain of callbacks, as
     loads/closed.py's, with the open sequence kept on `lane.state` between openings."""
 
-    def __init__(self, engine: Engine, lane: Lane, specs: list[SequenceSpec | None],
+    def __init__(self, engine: Host, lane: Lane, specs: list[SequenceSpec | None],
                  ids: list[Ids | None]):
         assert engine.gate is not None and engine.loop is not None
         assert isinstance(lane.state, _State)
@@ -241,15 +242,10 @@ class _SequenceLane:
             state.close()
             if window is not None and not state.failed:
                 window.sequence_done(engine.names[i], (result.end_ns - state.started_ns) // 1000)
-        if engine.think_time_s > 0:
-            self.pause = self.loop.call_later(engine.think_time_s, self.send_next)
-        elif result.error is None:
-            self.send_next()
-        else:
-            self.loop.call_soon(self.send_next)
+        self.pause = go_on(self.loop, engine.think_time_s, result, self.send_next)
 
 
-def end_dangling(engine: Engine, ids: list[Ids | None], lanes: bool) -> int:
+def end_dangling(engine: Host, ids: list[Ids | None], lanes: bool) -> int:
     """(Engine thread, gate closed.) Send an END for every sequence the server may still hold
     open (with `lanes`, first let go of the lanes' open sequences: a phase or the run ends),
     outside any window; each id goes back when its END is answered, however. The number
@@ -265,9 +261,9 @@ def end_dangling(engine: Engine, ids: list[Ids | None], lanes: bool) -> int:
             continue
         for corr, entry in sorted(tracker.dangling.items()):
             i = tracker.template
-            payload = engine.requests.pools[i][entry] if entry >= 0 else engine.payloads[i]
+            payload = engine.requests.pools[i][entry] if entry >= 0 else engine.requests.first[i]
             payload = flagged(payload, id_bytes(tracker.spec, corr), False, True)
-            slot = engine.spare_slots.pop() if engine.spare_slots else Slot()
+            slot = engine.slot()
             if not sent:
                 engine.drained.clear()
             sent += 1
@@ -276,11 +272,11 @@ def end_dangling(engine: Engine, ids: list[Ids | None], lanes: bool) -> int:
     return sent
 
 
-def _ended(engine: Engine, tracker: Ids, corr: int, slot: Slot, result: Result) -> None:
+def _ended(engine: Host, tracker: Ids, corr: int, slot: Slot, result: Result) -> None:
     if result.error is not None:  # e.g. the server had already ended it: nothing left open
         log.info("END of sequence %d: %s %s", corr, result.error.code, result.error.details)
     tracker.give_back(corr)
-    engine.spare_slots.append(slot)
+    engine.release(slot)
 
 
 def new_ids(specs: list[SequenceSpec | None]) -> list[Ids | None]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import bisect
 import collections
+import functools
 import os
 import random
 import resource
@@ -21,11 +22,11 @@ from typing import Any
 import gevent
 
 from loadkit.engine.core import Engine
+from loadkit.engine.host import Host
 from loadkit.engine.slots import Completion, Lane
 from loadkit.engine.streaming import Read
-from loadkit.loads.closed import run_closed
-from loadkit.loads.open_rate import schedule
-from loadkit.loads.sequence import end_dangling, new_ids, sequences
+from loadkit.loads.registry import runner_for
+from loadkit.loads.sequence import end_dangling, new_ids
 from loadkit.plan import Arrivals, Plan, Step
 from loadkit.record import Recorder, StepWindow
 from loadkit.run.drive import Collected
@@ -100,6 +101,7 @@ class LocalDrive:
             scenario.target.transport,
             precise_timers=any(step.arrivals is not None for step in plan.steps),
         )
+        self.host = Host(self.engine)  # what the load models see of it
         streams, templates = self.engine.streams, [scenario.requests[n] for n in names]
         streams.streaming = [Read.TO_END if t.decoupled else Read.PLAIN for t in templates]
         streams.cancel = [t.cancel for t in templates]
@@ -118,7 +120,6 @@ class LocalDrive:
         specs = [scenario.requests[n].sequence for n in names]
         self._specs = specs if any(specs) else None
         self._ids = new_ids(specs) if any(specs) else None
-        self._closed = sequences(specs, self._ids) if self._ids else run_closed
         self._phase = -1
 
     def user_rng(self) -> random.Random:
@@ -169,7 +170,8 @@ class LocalDrive:
         if step.phase_index != self._phase:
             self._phase = step.phase_index
             self.engine.epoch += 1
-        self.engine.set_runner(self._closed if a is None else schedule(a, self._specs, self._ids))
+        runner = runner_for(a, self._specs, self._ids)  # the load model (loads/registry.py)
+        self.engine.set_runner(functools.partial(runner, self.host))
         if record:
             self._usage0 = process_usage()
             self.recorder.open(step)
@@ -182,7 +184,7 @@ class LocalDrive:
         ids = self._ids
         if ids is None or self.engine.loop is None:
             return 0
-        sent = self.engine.on_loop(lambda: end_dangling(self.engine, ids, every)) or 0
+        sent = self.engine.on_loop(lambda: end_dangling(self.host, ids, every)) or 0
         deadline = time.monotonic() + timeout_s
         while sent and not self.engine.drained.is_set() and time.monotonic() < deadline:
             gevent.sleep(DRAIN_POLL_S)
