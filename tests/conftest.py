@@ -86,31 +86,52 @@ def results(out: Path) -> dict[str, Any]:
     return json.loads((out / "results.json").read_text())
 
 
-DENSE_CNN = """
-name: {name}
-requests:
-  dense_b1:
-    model: dense
-    batch_size: 1
-    inputs:
-      INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 3}}
-  cnn_b4:
-    model: cnn
-    batch_size: 4
-    inputs:
-      image: {{dtype: FP32, shape: [3, 32, 32]}}
-mix: {{dense_b1: {w1}, cnn_b4: {w2}}}
-phases:
-  - name: only
-    load: {{concurrency: {conc}, step_duration: {dur}, warmup: {warmup}}}
-"""
+# ---- the one scenario builder the server tests share ----------------------------------------
+def dense_b1(seed: int = 3) -> dict[str, Any]:
+    """The dense model, one row per request, seeded random data."""
+    return {"model": "dense", "batch_size": 1,
+            "inputs": {"INPUT0": {"dtype": "FP32", "shape": [256], "data": "random",
+                                  "seed": seed}}}
+
+
+CNN_B4 = {"model": "cnn", "batch_size": 4,
+          "inputs": {"image": {"dtype": "FP32", "shape": [3, 32, 32]}}}
+
+
+def load(levels: Any, dur: str, warmup: str = "0.5s", **more: Any) -> dict[str, Any]:
+    """A phase's load: `levels` a concurrency (or list of them), or a rate such as '300/s'
+    (a rate needs no concurrency key)."""
+    key = "rate" if isinstance(levels, str) and levels.endswith("/s") else "concurrency"
+    value = levels[:-2] if key == "rate" else levels
+    return {key: _number(value), "step_duration": dur, "warmup": warmup, **more}
+
+
+def _number(value: Any) -> Any:
+    if isinstance(value, str):
+        import yaml
+
+        return yaml.safe_load(value)  # "[2, 4]" -> [2, 4], "300" -> 300
+    return value
+
+
+def scenario(name: str, phases: list[dict[str, Any]], requests: dict[str, Any] | None = None,
+             **top: Any) -> str:
+    """A scenario's YAML from its parts: the dense model alone unless `requests` says; `top`
+    adds top-level keys (target, mix, repeats, ...) in order."""
+    import yaml
+
+    doc = {"name": name, **top, "requests": requests or {"dense_b1": dense_b1()},
+           "phases": phases}
+    return yaml.safe_dump(doc, sort_keys=False)
 
 
 def dense_cnn(
     name: str = "t", w1: int = 70, w2: int = 30, conc: str = "[2, 4]", dur: str = "3s",
     warmup: str = "0.5s",
 ) -> str:
-    return DENSE_CNN.format(name=name, w1=w1, w2=w2, conc=conc, dur=dur, warmup=warmup)
+    return scenario(name, [{"name": "only", "load": load(conc, dur, warmup)}],
+                    {"dense_b1": dense_b1(), "cnn_b4": CNN_B4}, mix={"dense_b1": w1,
+                                                                   "cnn_b4": w2})
 
 
 def wait_for(condition: Any, timeout: float, what: str = "condition", poll: float = 0.02) -> Any:

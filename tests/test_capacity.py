@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from conftest import loadkit, results, write
+from conftest import dense_b1, load, loadkit, results, scenario, write
 
 from loadkit.errors import CapacityInputError
 from loadkit.search.capacity import (
@@ -154,30 +154,22 @@ def test_judge_step_names_what_broke() -> None:
     assert not ok and broken == ["p99 12.000 ms", "error_rate 4.76%"]
 
 
-CAPACITY = """
-name: cap
-requests:
-  dense_b1:
-    model: dense
-    batch_size: 1
-    inputs:
-      INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 7}}
-phases:
-  - name: baseline
-    # a 4 ms "device" sleep per execute: capacity (~200/s) set by the model, not by the CPU
-    # the generator and the server fight over on a small box. With 1 ms, the python backend's
-    # own ~0.5 ms per request was a third of the service time, and this VM's drift in it moved
-    # the edge by 30%: confirmations at the edge failed three times running in CI.
-    config:
-      dense: {{parameters: {{device_us: {{string_value: "4000"}}}}}}
-    load: {{rate: {rate}, arrival: constant, max_concurrency: 64, step_duration: {dur},
-            warmup: 0.5s}}
-"""
+def capacity_scenario(rate: float, dur: str) -> str:
+    """One open-loop phase on dense behind a 4 ms "device" sleep per execute: capacity
+    (~200/s) set by the model, not by the CPU the generator and the server fight over on a
+    small box. With 1 ms, the python backend's own ~0.5 ms per request was a third of the
+    service time, and this VM's drift in it moved the edge by 30%: confirmations at the edge
+    failed three times running in CI."""
+    return scenario("cap", [{
+        "name": "baseline",
+        "config": {"dense": {"parameters": {"device_us": {"string_value": "4000"}}}},
+        "load": load(f"{rate}/s", dur, arrival="constant", max_concurrency=64)}],
+        {"dense_b1": dense_b1(seed=7)})
 SLO = "p99<50ms"  # above what 64 in flight can queue: the cap (drops) decides, sharply
 
 
 def _search(triton, tmp_path, name: str) -> dict:
-    scen = write(tmp_path / f"{name}.yaml", CAPACITY.format(rate=100, dur="3s"))
+    scen = write(tmp_path / f"{name}.yaml", capacity_scenario(100, "3s"))
     out = tmp_path / name
     # starts at 100/s and stops at a 15% bracket: two probes fewer per search than 50/s and
     # 10%, and the answer is still checked by a fixed run 10% below it
@@ -227,7 +219,7 @@ def test_capacity_search_is_stable_and_its_answer_holds_as_a_fixed_rate(triton, 
     # SLO: the answer is the edge, where p99 is steepest, and this VM's service time drifts ~10%
     # between minutes (compute 1.28 vs 1.44 ms measured), so a re-run at exactly the edge fails
     # about half the time; 10% below it, it must hold.
-    scen = write(tmp_path / "fixed.yaml", CAPACITY.format(rate=lo * 0.9, dur="4s"))
+    scen = write(tmp_path / "fixed.yaml", capacity_scenario(lo * 0.9, "4s"))
     outcomes = []
     for attempt in range(2):
         # As with the searches above: this VM's speed drifts over minutes (a fixed run at 180/s

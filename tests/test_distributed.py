@@ -8,28 +8,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import ROOT, assert_accounted, results, wait_inside_step, write
+from conftest import (
+    CNN_B4,
+    ROOT,
+    assert_accounted,
+    dense_b1,
+    load,
+    results,
+    scenario,
+    wait_inside_step,
+    write,
+)
 
-SCENARIO = """
-name: dist
-requests:
-  dense_b1:
-    model: dense
-    batch_size: 1
-    inputs:
-      INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 3}}
-  cnn_b4:
-    model: cnn
-    batch_size: 4
-    inputs:
-      image: {{dtype: FP32, shape: [3, 32, 32]}}
-mix: {{dense_b1: 80, cnn_b4: 20}}
-phases:
-  - name: closed
-    load: {{concurrency: {conc}, step_duration: {dur}, warmup: 0s}}
-  - name: open
-    load: {{rate: {rate}, step_duration: {dur}, warmup: 0.5s}}
-"""
+
+def dist(conc: str, dur: str, rate: int) -> str:
+    """dense and cnn 80:20, a closed phase then an open one."""
+    return scenario("dist", [{"name": "closed", "load": load(conc, dur, "0s")},
+                             {"name": "open", "load": load(f"{rate}/s", dur)}],
+                    {"dense_b1": dense_b1(), "cnn_b4": CNN_B4},
+                    mix={"dense_b1": 80, "cnn_b4": 20})
 
 
 def _start(scen: Path, out: Path, target: str, workers: int) -> subprocess.Popen[str]:
@@ -48,7 +45,7 @@ def _workers_of(pid: int) -> list[int]:
 
 
 def test_two_workers_merged_counts_equal_server_delta(triton, tmp_path) -> None:
-    scen = write(tmp_path / "d.yaml", SCENARIO.format(conc="[2, 4]", dur="3s", rate=300))
+    scen = write(tmp_path / "d.yaml", dist(conc="[2, 4]", dur="3s", rate=300))
     out = tmp_path / "r"
     proc = _start(scen, out, triton.grpc_address, 2)
     stdout, stderr = proc.communicate(timeout=180)
@@ -75,7 +72,7 @@ def test_two_workers_merged_counts_equal_server_delta(triton, tmp_path) -> None:
 
 
 def test_worker_killed_mid_step_is_reported_and_the_run_goes_on(triton, tmp_path) -> None:
-    scen = write(tmp_path / "k.yaml", SCENARIO.format(conc="[4, 4, 4]", dur="4s", rate=100))
+    scen = write(tmp_path / "k.yaml", dist(conc="[4, 4, 4]", dur="4s", rate=100))
     out = tmp_path / "r"
     proc = _start(scen, out, triton.grpc_address, 2)
     try:
@@ -117,7 +114,7 @@ def test_plain_locust_master_and_workers(triton, tmp_path) -> None:
     """The documented multi-machine commands, on one host: `locust --master` + 2 `--worker`."""
     from loadkit.control.embedded import free_port
 
-    scen = write(tmp_path / "p.yaml", SCENARIO.format(conc="[2, 4]", dur="2s", rate=200))
+    scen = write(tmp_path / "p.yaml", dist(conc="[2, 4]", dur="2s", rate=200))
     out, port = tmp_path / "r", str(free_port())
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     base = [sys.executable, "-m", "locust", "-f", "locustfile.py", "--scenario", str(scen)]

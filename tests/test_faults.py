@@ -12,27 +12,16 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, results, wait_inside_step, write
+from conftest import ROOT, load, results, scenario, wait_inside_step, write
 
 from loadkit.control.embedded import EmbeddedServer, free_port
 
-SCENARIO = """
-name: faults
-target:
-  grpc: {address}
-  timeout: {timeout}
-  on_server_loss: {policy}
-  server_loss_wait: {wait}
-requests:
-  dense_b1:
-    model: dense
-    batch_size: 1
-    inputs:
-      INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 3}}
-phases:
-  - name: only
-    load: {{concurrency: [2, 2, 2], step_duration: {dur}, warmup: 0s}}
-"""
+
+def faults(address: str, timeout: str, policy: str, wait: str, dur: str) -> str:
+    """Three closed steps on dense against `address`, with these loss settings."""
+    return scenario("faults", [{"name": "only", "load": load([2, 2, 2], dur, "0s")}],
+                    target={"grpc": address, "timeout": timeout, "on_server_loss": policy,
+                            "server_loss_wait": wait})
 
 
 def _server(tmp: Path, ports: tuple[int, int, int] | None = None) -> EmbeddedServer:
@@ -59,7 +48,7 @@ def _kill(server: EmbeddedServer) -> None:
 def test_server_killed_mid_step(tmp_path, policy) -> None:
     server = _server(tmp_path)
     ports = (server.grpc_port, server.http_port, server.metrics_port)
-    scen = write(tmp_path / "s.yaml", SCENARIO.format(
+    scen = write(tmp_path / "s.yaml", faults(
         address=server.grpc_address, timeout="2s", policy=policy,
         wait="2s" if policy == "abort" else "60s", dur="3s"))
     out = tmp_path / "r"
@@ -106,7 +95,7 @@ def test_server_killed_mid_step(tmp_path, policy) -> None:
 
 def test_server_stalled_with_sigstop_counts_timeouts(tmp_path) -> None:
     server = _server(tmp_path)
-    scen = write(tmp_path / "s.yaml", SCENARIO.format(
+    scen = write(tmp_path / "s.yaml", faults(
         address=server.grpc_address, timeout="500ms", policy="abort", wait="10s", dur="4s"))
     out = tmp_path / "r"
     proc = _run(scen, out)

@@ -17,30 +17,32 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT, loadkit, prom_api, results, start_prometheus, wait_for, write
+from conftest import (
+    ROOT,
+    dense_b1,
+    load,
+    loadkit,
+    prom_api,
+    results,
+    scenario,
+    start_prometheus,
+    wait_for,
+    write,
+)
 
 from loadkit.control.metrics import GAUGES
 
-DENSE = """
-name: observe
-requests:
-  dense_b1:
-    model: dense
-    batch_size: 1
-    inputs:
-      INPUT0: {{dtype: FP32, shape: [256], data: random, seed: 7}}
-phases:
-  - name: {name}
-    load: {{concurrency: {conc}, step_duration: {dur}, warmup: 0.5s}}
-{config}
-"""
-GUARD = """    config:
-      dense:
-        parameters: {device_us: "3000"}
-        dynamic_batching:
-          max_queue_delay_microseconds: 100
-          default_queue_policy: {max_queue_size: 2}
-"""
+
+def observe(name: str, conc: str, dur: str, config: dict[str, Any] | None = None) -> str:
+    """One closed phase on dense (seed 7), with a config overlay if given."""
+    phase = {"name": name, "load": load(conc, dur), **({"config": config} if config else {})}
+    return scenario("observe", [phase], {"dense_b1": dense_b1(seed=7)})
+
+
+# a queue of at most 2 behind a 3 ms "device"
+GUARD = {"dense": {"parameters": {"device_us": "3000"},
+                   "dynamic_batching": {"max_queue_delay_microseconds": 100,
+                                        "default_queue_policy": {"max_queue_size": 2}}}}
 SERIES = re.compile(r"\b((?:loadkit|nv)_[a-z_]+)\b")
 
 
@@ -74,7 +76,7 @@ def scrape(port: int) -> dict[str, float] | None:
 
 def test_live_metrics_end_at_the_reports_numbers_and_the_dashboard_queries_exist(
         tmp_path: Path, triton: Any) -> None:
-    scen = write(tmp_path / "p.yaml", DENSE.format(name="live", conc="[2, 4]", dur="2s",
+    scen = write(tmp_path / "p.yaml", observe(name="live", conc="[2, 4]", dur="2s",
                                                   config=""))
     out, port = tmp_path / "live", free_port()
     proc = subprocess.Popen(
@@ -124,7 +126,7 @@ def test_live_metrics_end_at_the_reports_numbers_and_the_dashboard_queries_exist
 
 def test_the_queue_guards_rejections_show_at_the_second_they_happened(
         tmp_path: Path, triton: Any) -> None:
-    scen = write(tmp_path / "g.yaml", DENSE.format(name="guard", conc="16", dur="3s",
+    scen = write(tmp_path / "g.yaml", observe(name="guard", conc="16", dur="3s",
                                                   config=GUARD))
     out = tmp_path / "guard"
     r = loadkit("run", str(scen), "--target", triton.grpc_address, "--metrics",
