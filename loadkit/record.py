@@ -44,7 +44,7 @@ def record_value(h: HdrHistogram, value: int) -> bool:
     """`h.record_value(value)` for a histogram from new_histogram(), with hdrh's index
     arithmetic inlined: one Python call instead of five, several times cheaper per sample on
     the engine thread (docs/performance.md). Same buckets, counts, min and max
-    (tests/test_record.py compares them); False, and nothing recorded, above the trackable
+    (tests/transport/test_record.py compares them); False, and nothing recorded, above the trackable
     range. `value` is an int >= LOWEST_US."""
     bucket = (value | _MASK).bit_length() - _UNIT - _HALF_MAG - 1
     index = ((bucket + 1) << _HALF_MAG) + (value >> (bucket + _UNIT)) - _HALF
@@ -332,7 +332,7 @@ class StepWindow:
 
 
 # How each StepWindow field crosses from a worker to the master (to_wire / add_wire): by kind,
-# merged by kind. tests/test_record.py fails on a field given no kind here, so no worker's
+# merged by kind. tests/transport/test_record.py fails on a field given no kind here, so no worker's
 # measurement can be dropped silently.
 WIRE: dict[str, tuple[str, ...]] = {
     "histograms": ("histograms", "service", "lateness", "sequences", "first_response",

@@ -184,9 +184,9 @@ def test_no_function_over_80_lines_and_no_module_over_450() -> None:
 def test_no_test_file_imports_another() -> None:
     """Shared helpers live in conftest.py: a test file importing another runs its fixtures and
     ties the two files' order together."""
-    names = {p.stem for p in (ROOT / "tests").glob("test_*.py")}
+    names = {p.stem for p in (ROOT / "tests").rglob("test_*.py")}
     found = []
-    for path in (ROOT / "tests").glob("test_*.py"):
+    for path in (ROOT / "tests").rglob("test_*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom) and node.module in names:
                 found.append(f"{path.name} imports {node.module}")

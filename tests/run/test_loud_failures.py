@@ -99,7 +99,7 @@ phases:
 
 
 @pytest.mark.parametrize("model,inputs,what", [
-    # (decoupled models are measured now: tests/test_streaming.py; a decoupled model over
+    # (decoupled models are measured now: tests/loads/test_streaming.py; a decoupled model over
     # unary transport is refused in tests/bad_scenarios/server/09)
     ("accumulate", "{INPUT0: {dtype: INT32, shape: [1]}}", "sequence batching"),
 ])

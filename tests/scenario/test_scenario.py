@@ -7,13 +7,13 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import loadkit, write
+from conftest import ROOT, loadkit, write
 
 from loadkit.errors import ScenarioError
 from loadkit.plan import build_plan
 from loadkit.scenario import checked_against, load_scenario, parse_ramp
 
-BAD = Path(__file__).parent / "bad_scenarios"
+BAD = ROOT / "tests" / "bad_scenarios"
 OFFLINE = sorted((BAD / "offline").glob("*.yaml"))
 SERVER = sorted((BAD / "server").glob("*.yaml"))
 
@@ -145,7 +145,7 @@ phases:
 
 @pytest.mark.fast
 def test_shipped_scenarios_validate() -> None:
-    for path in sorted((Path(__file__).parent.parent / "scenarios").glob("*.yaml")):
+    for path in sorted((ROOT / "scenarios").glob("*.yaml")):
         load_scenario(path)
 
 
