@@ -169,7 +169,8 @@ class TuneConductor(Conductor):
                        if t.get("point") and t["point"]["constraints_met"]), None)
         if leader is None:
             return
-        field = [leader, *race.contenders(self.trials, leader)]
+        measured = sum(1 for t in self.trials if t.get("point"))
+        field = [leader, *race.contenders(self.trials, leader)][:race.field_size(measured)]
         if len(field) < 2:
             return
         points = {t["trial"]: [t["point"]] for t in field}

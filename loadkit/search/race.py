@@ -19,6 +19,13 @@ RACE_MAX = 2  # contenders raced beside the leader (6 more measurements in all)
 RACE_ROUNDS = 2  # re-measures of each, interleaved
 
 
+def field_size(measured: int) -> int:
+    """How many trials may race (the leader included): racing never measures more often than
+    the search did, so it at most doubles the search's time (a quick search of 6 trials races
+    the leader and one contender; a grid of 13, the leader and RACE_MAX)."""
+    return min(RACE_MAX + 1, max(0, measured - 1) // RACE_ROUNDS)
+
+
 def interval(point: dict[str, Any]) -> tuple[float, float] | None:
     """The point's objective interval as (lo, hi) in score terms (higher is better)."""
     ci = point.get("objective_ci")

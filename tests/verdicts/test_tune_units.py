@@ -185,6 +185,11 @@ def test_racing_picks_the_overlapping_and_the_uncertain_and_recommends_the_cheap
     unsure = _trial(4, 990, 30, met=True, uncertain=("p99 210 ms (within noise)",))
     trials = [leader, close, far, unsure]
     assert [t["trial"] for t in race.contenders(trials, leader)] == [4, 2]  # RACE_MAX 2
+    # racing never measures more often than the search did: at most twice its time
+    assert [race.field_size(n) for n in (3, 5, 6, 7, 13, 40)] == [1, 2, 2, 3, 3, 3]
+    for n in range(1, 60):
+        size = race.field_size(n)
+        assert size * race.RACE_ROUNDS <= max(0, n - 1) and size <= race.RACE_MAX + 1
     tied = race.ties(trials, leader)
     assert tied == [2, 4]
     rec = race.recommend(trials, leader, tied)
