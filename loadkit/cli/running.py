@@ -48,7 +48,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         if carried is not None:
             run.result.carried_phases, run.result.carried_histograms = carried
         if spec is not None:
-            _say(f"capacity search, SLO {args.slo}, budget {args.budget:g} s")
+            _say(f"capacity search, SLO {args.slo}, budget {args.budget:g} s" + (
+                f", each probe in {session.scenario.repeats} rounds back to back"
+                if session.scenario.repeats > 1 else ""))
         elif tune is not None:
             _say(describe_tune(session.scenario, tune))
         else:
@@ -249,6 +251,8 @@ def describe_tune(scenario: Any, tune: Any) -> str:
     lines = [f"tune '{scenario.name}': {tune.strategy} search over {spec.grid_size} configs, "
              f"{spec.objective.text}, budget {budget}"]
     lines += [f"  {d.name}: {', '.join(map(str, d.values))}" for d in spec.dimensions]
+    if scenario.repeats > 1:
+        lines.append(f"  each trial measured in {scenario.repeats} rounds back to back")
     if tune.resumed:
         lines.append(f"  resuming {tune.resumed_from}: {len(tune.resumed)} trials kept")
     return "\n".join(lines)
