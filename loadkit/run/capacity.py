@@ -129,8 +129,7 @@ class CapacityConductor(Conductor):
             if time.monotonic() + cost + (duration - first.duration_s) * rounds > deadline:
                 search.stopped = "budget"
                 break
-            for r in range(rounds):
-                self.round = r
+            for _ in range(rounds):
                 self._run_step(step, pr)
                 if self.aborted:
                     break

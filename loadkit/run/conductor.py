@@ -88,7 +88,6 @@ class Conductor:
         self.greenlet: gevent.Greenlet | None = None
         self._sampler: Sampler | None = None
         self.phase: PhasePlan | None = None  # the phase being walked
-        self.round = 0  # `repeats`: which round of the phases
         self._results: dict[int, PhaseResult] = {}  # phase index -> its (pooled) result
         self._pools: dict[str, Pool] = {}  # step key -> its rounds so far
         self.title = ""  # what the progress line calls it ('' : the phase's name)
@@ -147,7 +146,6 @@ class Conductor:
         drift that grows through the run then falls on every phase alike (docs/verdicts.md)."""
         phases = self.run.plan.phases
         for r in range(self.run.plan.repeats):
-            self.round = r
             for phase in phases if r % 2 == 0 else tuple(reversed(phases)):
                 if self.aborted or self._run_phase(phase) is None:
                     return

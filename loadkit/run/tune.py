@@ -144,8 +144,7 @@ class TuneConductor(Conductor):
         """The phase measured in `repeats` rounds back to back (its config loaded once), the
         rounds pooled into its steps (Conductor._result)."""
         pr = None
-        for r in range(self.run.plan.repeats):
-            self.round = r
+        for _ in range(self.run.plan.repeats):
             pr = self._run_phase(phase)
             if pr is None or pr.status != "ok" or self.aborted:
                 break
