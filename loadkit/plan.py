@@ -137,8 +137,12 @@ class Plan:
     sequences: bool = False  # open-loop arrivals start sequences (loads/open_sequence.py)
     # per template, inferences per request: infer/s everywhere is requests x this
     batch_sizes: dict[str, int] = field(default_factory=dict)
-    # every phase measured this many times, in interleaved rounds (run/conductor.py)
+    # every phase measured this many times, in interleaved rounds (run/conductor.py); with
+    # `auto`, at most this many: rounds stop once every comparison is decided or `max_time_s`
+    # of load has passed (loadkit/stats/sequential.py)
     repeats: int = 1
+    auto: bool = False
+    max_time_s: float = 0.0
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -150,14 +154,22 @@ class Plan:
 
     @property
     def estimated_s(self) -> float:
-        return sum(s.warmup_s + s.duration_s for s in self.steps) * self.repeats
+        """Seconds of load (with `auto`: at most, within its max_time)."""
+        total = sum(s.warmup_s + s.duration_s for s in self.steps) * self.repeats
+        return min(total, self.max_time_s) if self.auto and self.max_time_s else total
 
     def describe(self) -> str:
         lines = [
             f"plan for '{self.scenario}': {len(self.phases)} phase(s), "
-            f"{len(self.steps)} step(s), about {self.estimated_s:.0f} s of load"
+            f"{len(self.steps)} step(s), {'at most' if self.auto else 'about'} "
+            f"{self.estimated_s:.0f} s of load"
         ]
-        if self.repeats > 1:
+        if self.auto:
+            limit = f" or {self.max_time_s:g} s of load" if self.max_time_s else ""
+            lines.append(f"  repeats: auto: interleaved rounds (every phase in turn, then again "
+                         f"in reverse order, ...) until every comparison is decided, at most "
+                         f"{self.repeats} rounds{limit}")
+        elif self.repeats > 1:
             lines.append(f"  {self.repeats} interleaved rounds: every phase in turn, then "
                          "again in reverse order, ... (each step's numbers pool its rounds)")
         varied = len({tuple(sorted(p.mix.items())) for p in self.phases}) > 1
@@ -234,7 +246,8 @@ def build_plan(scenario: Scenario) -> Plan:
                 tuple(_describe_template(t) for t in scenario.requests.values()
                       if t.dataset is not None or t.pool > 1),
                 any(t.sequence is not None for t in scenario.requests.values()),
-                {n: t.batch_size for n, t in scenario.requests.items()}, scenario.repeats)
+                {n: t.batch_size for n, t in scenario.requests.items()}, scenario.repeats,
+                scenario.auto, scenario.max_time_s)
 
 
 def replay_step(i: int, phase: str, j: int, load: ReplayLoad, speed: float,

@@ -35,12 +35,12 @@ from loadkit.run import stability
 from loadkit.run.accounting import run_failures
 from loadkit.run.drive import Collected, Drive
 from loadkit.run.results import PhaseResult, RunResult, RunStatus, StepResult
-from loadkit.run.rounds import Pool
+from loadkit.run.rounds import Looks, Pool
 from loadkit.run.step_result import StepContext, build_step_result
 from loadkit.run.timeline import Sampler
 from loadkit.scenario import Scenario, Stability, Threshold
 from loadkit.slo import check_phase, failed
-from loadkit.stats import across_rounds, comparisons, within_run
+from loadkit.stats import across_rounds, comparisons, judging, within_run
 
 
 class Hub(Protocol):
@@ -144,11 +144,17 @@ class Conductor:
         """The plan's phases in order (run/tune.py proposes its trials as it goes); with
         `repeats: N`, N rounds, every other one in reverse order (A B C, C B A, A B C): a
         drift that grows through the run then falls on every phase alike (docs/verdicts.md)."""
-        phases = self.run.plan.phases
-        for r in range(self.run.plan.repeats):
+        plan = self.run.plan
+        phases = plan.phases
+        sc = self.run.scenario
+        looks = Looks(self.run.result, sc.confidence, sc.noise_threshold, plan.repeats,
+                      plan.max_time_s) if plan.auto else None
+        for r in range(plan.repeats):
             for phase in phases if r % 2 == 0 else tuple(reversed(phases)):
                 if self.aborted or self._run_phase(phase) is None:
                     return
+            if looks is not None and looks.stop(r + 1):
+                return
 
     def _run_phase(self, phase: PhasePlan) -> PhaseResult | None:
         """Apply the phase's configs and walk its steps; None when no load can be sent."""
@@ -197,8 +203,8 @@ class Conductor:
             run.events.add(RestoreFailed(**failure))
         self._judge()
         try:
-            run.result.comparisons = comparisons(run.result.to_json(), run.scenario.confidence,
-                                                 run.scenario.noise_threshold)
+            results = run.result.to_json()
+            run.result.comparisons = comparisons(results, *judging(results))
         except Exception as exc:  # the measurements stand; say why the verdicts are missing
             log.exception("the comparisons could not be made")
             run.events.add(ReportRenderFailed(f"comparisons: {exc!r}"))
@@ -358,6 +364,7 @@ class Conductor:
         confidence = run.scenario.confidence
         base: dict[str, Any] = dict(
             step=step, batch_sizes=run.batch_sizes, calls=run.template_calls,
+            models=run.template_models,
             shared=run.scenario.target.shared, composing=run.composing,
             goodput=run.scenario.goodput is not None, input_tokens=run.input_tokens)
         one = build_step_result(StepContext(**base, got=got, before=before, after=after,
@@ -375,6 +382,11 @@ class Conductor:
             shaped = step.arrivals is not None and step.arrivals.replay is not None
             one.intervals = {} if shaped else within_run(
                 got.window.seconds, duration, run.batch_sizes, values, confidence)
+            if not shaped and len(one.client) > 1:
+                one.template_intervals = {n: within_run(
+                    got.window.seconds, duration, run.batch_sizes,
+                    {"throughput": c["throughput"]}, confidence, n)
+                    for n, c in one.client.items()}
             return one
         b, a = pool.snapshots()
         statuses = {r["status"] for r in pool.rounds}
@@ -384,6 +396,11 @@ class Conductor:
             status="ok" if statuses == {"ok"} else "partial", server_rows=pool.server_rows))
         pooled.rounds = list(pool.rounds)
         pooled.intervals = across_rounds(pool.rounds, pooled.to_json(), confidence, self.ROUNDS)
+        if len(pooled.client) > 1:
+            pooled.template_intervals = {n: across_rounds(
+                [(r.get("templates") or {}).get(n) or {} for r in pool.rounds],
+                {"throughput": c["throughput"], "latency_us": c["latency_us"]},
+                confidence, self.ROUNDS) for n, c in pooled.client.items()}
         return pooled
 
     def _await_server(self, step: Step) -> None:

@@ -62,6 +62,9 @@ class StepResult:
     rounds: list[dict[str, Any]] = field(default_factory=list)
     # per metric, the value with its confidence interval and how it was had (loadkit/stats.py)
     intervals: dict[str, Any] = field(default_factory=dict)
+    # a step of several templates: each template's own intervals (throughput within a run;
+    # throughput and percentiles across rounds), so each is compared on its own
+    template_intervals: dict[str, Any] = field(default_factory=dict)
     # until_stable: whether the step became stable, after how long, each window's numbers
     stability: dict[str, Any] = field(default_factory=dict)
 
@@ -81,6 +84,8 @@ class StepResult:
             out.pop("rounds")
         if not self.stability:
             out.pop("stability")
+        if not self.template_intervals:
+            out.pop("template_intervals")
         return out
 
 
@@ -125,6 +130,8 @@ class RunResult:
     repeats: int = 1
     confidence: float = 0.95
     noise_threshold: float = 0.05
+    # `repeats: auto`: the sequential design, the looks taken and why the rounds stopped
+    sequential: dict[str, Any] = field(default_factory=dict)
     # every phase against the reference phase, per load and metric, with its interval
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     # `loadkit tune --resume`: the earlier run's phases (JSON) and histograms, kept in front
@@ -150,6 +157,8 @@ class RunResult:
             out["requests"] = self.requests
         out["repeats"], out["confidence"] = self.repeats, self.confidence
         out["noise_threshold"] = self.noise_threshold
+        if self.sequential:
+            out["sequential"] = self.sequential
         out["comparisons"] = self.comparisons
         if self.capacity:
             out["capacity"] = self.capacity

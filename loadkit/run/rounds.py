@@ -7,6 +7,7 @@ Each round's own numbers stay in `rounds`: the intervals and verdicts are made f
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,7 +17,9 @@ from loadkit.control.metrics import MetricsSnapshot
 from loadkit.plan import Step
 from loadkit.record import StepWindow
 from loadkit.run.drive import Collected
-from loadkit.run.results import StepResult
+from loadkit.run.results import RunResult, StepResult
+from loadkit.stats import comparisons, undecided
+from loadkit.stats.sequential import design
 
 ROUND_KEYS = ("started_at", "duration_s", "status", "requests", "throughput",
               "requests_per_s", "latency_us")
@@ -104,7 +107,52 @@ class Pool:
         entry = {"round": len(self.rounds) + 1, "order": self.order,
                  **{k: r[k] for k in ROUND_KEYS},
                  "accounting": r["accounting"]["status"]}
+        if len(r["client"]) > 1:  # each template's own, for its own comparisons
+            entry["templates"] = {n: {"throughput": c["throughput"], "latency_us": {
+                k: c["latency_us"].get(k) for k in ("p50", "p90", "p99")}}
+                for n, c in r["client"].items() if c.get("latency_us")}
         if r.get("streaming"):
             entry["streaming"] = {k: r["streaming"][k] for k in
                                   ("first_response_us", "inter_response_us")}
         self.rounds.append(entry)
+
+
+class Looks:
+    """`repeats: auto`: after each round from the design's first look, whether to stop: every
+    comparison decided, the most rounds taken, or another round would pass `max_time_s`.
+    Each look is judged at the design's nominal level (loadkit/stats/sequential.py), and the
+    looks are kept in results.json's `sequential`."""
+
+    def __init__(self, result: RunResult, confidence: float, noise: float, max_rounds: int,
+                 max_time_s: float) -> None:
+        self.result, self.noise, self.max_time_s = result, noise, max_time_s
+        self.design = design(confidence, max_rounds)
+        self.started = self.last = time.monotonic()
+        result.sequential = {
+            "design": self.design.describe(), "confidence": confidence,
+            "nominal_confidence": round(self.design.nominal, 6),
+            "looks_at": list(self.design.looks), "max_rounds": max_rounds,
+            "max_time_s": max_time_s or None, "looks": [], "rounds": 0, "stopped": ""}
+
+    def stop(self, done: int) -> bool:
+        """Round `done` has ended: True when no more rounds should be taken."""
+        now = time.monotonic()
+        round_s, self.last = now - self.last, now
+        seq = self.result.sequential
+        seq["rounds"] = self.result.repeats = done
+        if done < self.design.looks[0]:
+            return False
+        changes = comparisons(self.result.to_json(), self.design.nominal, self.noise,
+                              self.design.max_rounds)
+        left = undecided(changes)
+        seq["looks"].append({"round": done, "comparisons": len(changes),
+                             "undecided": len(left), "elapsed_s": round(now - self.started, 1)})
+        if not left:
+            seq["stopped"] = "decided: every comparison is better, worse or same" if changes \
+                else "nothing to compare"
+        elif done >= self.design.max_rounds:
+            seq["stopped"] = f"max_repeats: {done} rounds, {len(left)} comparison(s) undecided"
+        elif self.max_time_s and now - self.started + round_s > self.max_time_s:
+            seq["stopped"] = (f"max_time: another round would pass {self.max_time_s:g} s; "
+                              f"{len(left)} comparison(s) undecided")
+        return bool(seq["stopped"])

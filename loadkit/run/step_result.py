@@ -39,6 +39,7 @@ class StepContext:
     # template -> model map means each template reaches its own model only
     calls: dict[str, Any]
     shared: bool = False
+    models: dict[str, str] = field(default_factory=dict)  # template -> the model it calls
     composing: dict[str, str] = field(default_factory=dict)  # model -> ensemble/BLS model
     goodput: bool = False
     input_tokens: dict[str, tuple[float, str]] = field(default_factory=dict)
@@ -115,6 +116,9 @@ def _client(ctx: StepContext, streamed: dict[str, dict[str, Any]]) -> dict[str, 
             continue
         c: dict[str, Any] = {"requests": window.successes(name),
                              "errors": sum(window.errors.get(name, {}).values())}
+        if name in ctx.models:
+            c["model"] = ctx.models[name]
+        c["throughput"] = ctx.per_s(window.successes(name) * ctx.batch_sizes[name])
         if window.errors.get(name):
             c["errors_by_code"] = dict(window.errors[name])
         for key, counter in (("dropped", window.dropped), ("late", window.late)):

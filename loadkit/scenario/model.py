@@ -33,6 +33,9 @@ DATASET_MAX_BYTES = 512 << 20
 MAX_POOL = 1_000_000
 MAX_CONCURRENCY = 10_000
 MAX_REPEATS = 50
+# `repeats: auto` (loadkit/stats/sequential.py): the first look, and the most rounds by default
+MIN_AUTO_ROUNDS = 3
+DEFAULT_AUTO_ROUNDS = 10
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
@@ -364,9 +367,13 @@ class Scenario:
     tune: TuneSpec | None = None  # `loadkit tune`'s search (scenario/tune.py)
     # every phase measured `repeats` times in interleaved rounds; intervals and verdicts at
     # `confidence` (loadkit/stats.py, docs/verdicts.md)
-    repeats: int = 1
+    repeats: int = 1  # with `auto`: the most rounds (`max_repeats`)
     confidence: float = 0.95
-    noise_threshold: float = 0.05  # a smaller change is `same` (loadkit/stats.py)
+    noise_threshold: float = 0.05  # the band inside which a change is `same` (loadkit/stats/)
+    # `repeats: auto`: rounds are added until every comparison is decided, up to `repeats`
+    # rounds and `max_time_s` of load (0: no time limit)
+    auto: bool = False
+    max_time_s: float = 0.0
 
     @property
     def models(self) -> tuple[str, ...]:

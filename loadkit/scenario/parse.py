@@ -11,7 +11,9 @@ from loadkit.errors import ScenarioError
 from loadkit.scenario.checks import Checker, found
 from loadkit.scenario.llm import with_cancel
 from loadkit.scenario.model import (
+    DEFAULT_AUTO_ROUNDS,
     MAX_REPEATS,
+    MIN_AUTO_ROUNDS,
     ConcurrencyLoad,
     Goodput,
     PhaseSpec,
@@ -29,7 +31,7 @@ from loadkit.scenario.tune import parse_tune
 
 TOP_KEYS = (
     "name", "description", "target", "requests", "mix", "think_time", "thresholds", "phases",
-    "goodput", "tune", "repeats", "confidence", "noise_threshold",
+    "goodput", "tune", "repeats", "max_repeats", "max_time", "confidence", "noise_threshold",
 )
 
 
@@ -92,14 +94,34 @@ def load_scenario(path: str | Path) -> Scenario:
     phases = with_replay_templates(ck, requests, phases)
     _check_sequences(ck, requests, phases)
     goodput = _goodput(ck, top["goodput"]) if "goodput" in top else None
-    repeats = (ck.integer(top["repeats"], ("repeats",), 1, MAX_REPEATS) or 1
-               if "repeats" in top else 1)
+    repeats, auto, max_time = _repeats(ck, top)
     confidence = _confidence(ck, top["confidence"]) if "confidence" in top else 0.95
     noise = _noise(ck, top["noise_threshold"]) if "noise_threshold" in top else 0.05
     if ck.problems:
         raise ScenarioError(ck.problems)
     return Scenario(name, path, target, requests, mix, think or 0.0, phases, src, goodput, tune,
-                    repeats, confidence, noise)
+                    repeats, confidence, noise, auto, max_time)
+
+
+def _repeats(ck: Checker, top: dict[str, Any]) -> tuple[int, bool, float]:
+    """`repeats: N`, or `repeats: auto` with `max_repeats` (default 10) and `max_time`:
+    (rounds, or the most rounds for auto; auto; max_time in seconds, 0 for none)."""
+    raw = top.get("repeats", 1)
+    auto = raw == "auto"
+    for key in ("max_repeats", "max_time"):
+        if key in top and not auto:
+            ck.add((key,), f"{key} bounds `repeats: auto`; found repeats: {raw!r} (give "
+                           "repeats: auto, or drop it)")
+    if not auto:
+        if isinstance(raw, str):
+            ck.add(("repeats",), f"expected an integer between 1 and {MAX_REPEATS}, or auto; "
+                                 f"found {raw!r}")
+            return 1, False, 0.0
+        return ck.integer(raw, ("repeats",), 1, MAX_REPEATS) or 1, False, 0.0
+    most = (ck.integer(top["max_repeats"], ("max_repeats",), MIN_AUTO_ROUNDS, MAX_REPEATS)
+            if "max_repeats" in top else None) or DEFAULT_AUTO_ROUNDS
+    limit = ck.duration(top["max_time"], ("max_time",), False) if "max_time" in top else None
+    return most, True, limit or 0.0
 
 
 def _share(raw: Any) -> float | None:

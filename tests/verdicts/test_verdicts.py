@@ -46,7 +46,12 @@ def test_verdict_direction_by_metric() -> None:
     assert verdict("throughput", [5.0, 9.0]) == "better"
     assert verdict("throughput", [-9.0, -5.0]) == "worse"
     assert verdict("p99", [-9.0, -5.0]) == "better"  # lower latency is better
-    assert verdict("p99", [-3.0, 2.0]) == "same"
+    assert verdict("p99", [-3.0, 2.0]) == "inconclusive"  # no threshold: same is never earned
+    assert verdict("p99", [-3.0, 2.0], -0.5, 0.05) == "same"  # inside ±5%
+    assert verdict("p99", [-30.0, 20.0], -5.0, 0.05) == "inconclusive"  # not inside ±5%
+    assert verdict("throughput", [1.0, 9.0], 5.0, 0.05) == "better"  # excludes 0, reaches 5%
+    assert verdict("throughput", [1.0, 7.0], 4.0, 0.05) == "inconclusive"  # under 5%, not in
+    assert verdict("throughput", [1.0, 4.0], 2.5, 0.05) == "same"  # significant, inside ±5%
     assert verdict("p99", None) == "unknown"
 
 
@@ -65,20 +70,21 @@ def test_paired_rounds_see_through_a_drift_that_unpaired_numbers_would_not() -> 
                                             for i, d in enumerate(drift)])
     assert compare(a, again, "throughput", 0.95)["verdict"] == "same"
     assert text(compare(a, b, "throughput", 0.95)).startswith("+10.0% [+")
-    assert text(compare(a, again, "throughput", 0.95)).startswith("same (±")
+    assert text(compare(a, again, "throughput", 0.95)) == "same (-0.3% [-3, +3], inside ±5%)"
 
 
 @pytest.mark.fast
 def test_a_significant_change_under_the_noise_threshold_is_same() -> None:
     """criterion.rs's noise threshold: B 3% faster in every round is significant (its
-    interval excludes 0) but under 5%, so `same`, and the text says why; with the threshold
-    at 0 it is `better`; 10% is above it and stays `better`."""
+    interval excludes 0) and its whole interval lies inside ±5%, so `same` (equivalence), and
+    the text says so; with the threshold at 0 it is `better`; 10% is above it and stays
+    `better`."""
     drift = [1.0, 0.85, 0.7]
     a = _step(1000 * sum(drift) / 3, 10_000, [(1000 * d, 10_000 / d) for d in drift])
     b = _step(1030 * sum(drift) / 3, 10_000, [(1030 * d, 10_000 / d) for d in drift])
     c = compare(a, b, "throughput", 0.95)
-    assert c["ci_pct"][0] > 0 and c["verdict"] == "same" and c["within_noise_pct"] == 5, c
-    assert text(c) == "same (+3.0% [+3, +3], under the 5% noise threshold)"
+    assert c["ci_pct"][0] > 0 and c["verdict"] == "same" and c["noise_pct"] == 5, c
+    assert text(c) == "same (+3.0% [+3, +3], inside ±5%)"
     assert compare(a, b, "throughput", 0.95, noise=0.0)["verdict"] == "better"
     ten = _step(1100 * sum(drift) / 3, 10_000, [(1100 * d, 10_000 / d) for d in drift])
     assert compare(a, ten, "throughput", 0.95)["verdict"] == "better"
@@ -89,7 +95,11 @@ def test_without_rounds_the_steps_own_intervals_are_combined() -> None:
     a, b = _step(1000, 10_000, se=0.02), _step(1500, 10_000, se=0.02)
     c = compare(a, b, "throughput", 0.95)
     assert c["verdict"] == "better" and "delta method" in c["method"]
-    assert compare(a, _step(1010, 10_000, se=0.02), "throughput", 0.95)["verdict"] == "same"
+    # +1% with 2% relative errors on each side: [-5%, +7%] is not inside ±5%: undecided
+    c = compare(a, _step(1010, 10_000, se=0.02), "throughput", 0.95)
+    assert c["verdict"] == "inconclusive" and c["rounds_needed"] > 1, c
+    assert compare(_step(1000, 10_000, se=0.005), _step(1010, 10_000, se=0.005), "throughput",
+                   0.95)["verdict"] == "same"
     assert compare(a, _step(1500, 10_000), "throughput", 0.95)["verdict"] == "unknown"
 
 
@@ -257,12 +267,15 @@ def test_until_stable_extends_a_step_until_its_windows_agree(triton, tmp_path: P
 
 
 @pytest.mark.fast
-def test_an_enormous_interval_is_same_not_an_overflow() -> None:
+def test_an_enormous_interval_is_inconclusive_not_an_overflow() -> None:
     """A step whose seconds stalled (a queue guard's 500 ms waits) has a standard error far
-    above its value: the change's interval is capped, and says `same`."""
+    above its value: the change's interval is capped, says `inconclusive` (never `same`), and
+    that no number of rounds would decide it at this spread."""
     a, b = _step(1000, 10_000, se=0.02), _step(900, 10_000, se=400.0)
     c = compare(a, b, "throughput", 0.95)
-    assert c["verdict"] == "same" and c["ci_pct"][1] > 1e6, c
+    assert c["verdict"] == "inconclusive" and c["ci_pct"][1] > 1e6, c
+    assert c["rounds_needed"] is None
+    assert text(c).startswith("inconclusive (-10.0% [-100, >+99999]; not reachable within 50")
 
 
 @pytest.mark.fast
