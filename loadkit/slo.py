@@ -272,8 +272,8 @@ def judge_step(slo: tuple[Threshold, ...], step: dict[str, Any]) -> tuple[bool, 
 def slo_confidence(slo: tuple[Threshold, ...], intervals: dict[str, Any],
                    confidence: float) -> list[dict[str, Any]]:
     """Whether a step held each latency term of an SLO with confidence: the upper end of its
-    interval below the limit (`held`), the value below but the interval reaching it (`within
-    noise`: another run may break it), or the value above (`broken`). Terms without an
+    interval below the limit (`held`), the value below but the interval reaching it
+    (`inconclusive`: another run may break it), or the value above (`broken`). Terms without an
     interval (error rate, a step too short) say so."""
     out = []
     for t in slo:
@@ -286,7 +286,7 @@ def slo_confidence(slo: tuple[Threshold, ...], intervals: dict[str, Any],
         elif ci is None:
             verdict = "no interval"
         else:
-            verdict = "held" if ci[1] <= t.limit else "within noise"
+            verdict = "held" if ci[1] <= t.limit else "inconclusive"
         out.append({"metric": t.metric, "limit_us": t.limit, "value_us": value,
                     "ci_us": ci, "confidence": confidence, "verdict": verdict,
                     "method": i.get("method", "")})

@@ -22,7 +22,7 @@ from loadkit.report.units import LATENCY_COLUMNS, ms
 from loadkit.run.accounting import first_message
 from loadkit.run.streaming import streaming_results
 from loadkit.scenario import ConcurrencyLoad
-from loadkit.stats import NOISE_THRESHOLD, compare
+from loadkit.stats import judging, step_changes
 from loadkit.stats import text as change_text
 
 TAB_KEY = "triton"
@@ -125,10 +125,10 @@ def triton_rows(results: dict[str, Any], live: dict[str, Any] | None,
             label = load_label(s["load"])
             base = first.setdefault(label, s)
             delta = "reference"
-            if base is not s:  # each change with its interval (loadkit/stats.py)
-                conf = float(results.get("confidence", 0.95))
-                noise = float(results.get("noise_threshold", NOISE_THRESHOLD))
-                t, p = (compare(base, s, m, conf, noise) for m in ("throughput", "p99"))
+            if base is not s:  # each change with its interval and word (loadkit/stats/)
+                changes = {c["metric"]: c for c in step_changes(base, s, *judging(results))
+                           if "template" not in c}
+                t, p = changes.get("throughput"), changes.get("p99")
                 delta = (f"infer/s {change_text(t) if t else '-'}, "
                          f"p99 {change_text(p) if p else '-'}")
             rows.append({

@@ -16,7 +16,7 @@ from hdrh.histogram import HdrHistogram
 from loadkit.plan import load_label
 from loadkit.record import decode, latency_summary, new_histogram
 from loadkit.report.units import infer_per_s, ms, template_of
-from loadkit.stats import METRICS, NOISE_THRESHOLD, compare
+from loadkit.stats import judging, step_changes
 from loadkit.stats import text as change_text
 
 
@@ -84,8 +84,11 @@ class Row:
     entry: str
     point: Point
     # per metric, the change vs the reference at the same load, with its interval and verdict
-    # (loadkit/stats.py): a bare percentage is never shown
+    # (loadkit/stats/): a bare percentage is never shown. A step of several templates has
+    # each template's own too; its merged percentiles are left out where they reach
+    # different models (stats.mixed_models)
     changes: dict[str, dict[str, Any]] = field(default_factory=dict)
+    template_changes: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -134,8 +137,10 @@ def _against(cmp: Comparison, label: str, load: str, metric: str) -> str:
     if c is None:
         return ""
     if c["verdict"] == "same":
-        return f"; not different from {cmp.reference} beyond noise: {change_text(c)}"
-    return f"; {change_text(c)} against {cmp.reference}"
+        return f"; the same as {cmp.reference}: {change_text(c)}"
+    if c["verdict"] in ("inconclusive", "unknown"):
+        return f"; not told apart from {cmp.reference}: {change_text(c)}"
+    return f"; {c['verdict']} than {cmp.reference}: {change_text(c)}"
 
 
 def _load_key(load: dict[str, Any]) -> tuple[float, ...]:
@@ -230,9 +235,8 @@ def build(
     loads = tuple(sorted(keys, key=lambda k: keys[k]))
     common = tuple(ld for ld in loads if all(e.at(ld) for e in measured))
     ref = measured[0] if measured else None
-    confidence = float(runs[0][1].get("confidence", 0.95)) if runs else 0.95
-    noise = float(runs[0][1].get("noise_threshold", NOISE_THRESHOLD)) if runs else \
-        NOISE_THRESHOLD
+    stated = float(runs[0][1].get("confidence", 0.95)) if runs else 0.95
+    confidence, noise, most = judging(runs[0][1]) if runs else (0.95, 0.05, 50)
     rows = []
     for ld in loads:
         base = ref.at(ld) if ref else None
@@ -240,16 +244,14 @@ def build(
             p = e.at(ld)
             if p is None:
                 continue
-            changes = {m: c for m in METRICS if base and e is not ref and
-                       (c := compare(base.raw, p.raw, m, confidence, noise)) is not None}
-            rows.append(
-                Row(
-                    ld,
-                    e.label,
-                    p,
-                    changes,
-                )
-            )
+            found = step_changes(base.raw, p.raw, confidence, noise, most) \
+                if base and e is not ref else []
+            per: dict[str, dict[str, dict[str, Any]]] = {}
+            for c in found:
+                if "template" in c:
+                    per.setdefault(c["template"], {})[c["metric"]] = c
+            rows.append(Row(ld, e.label, p, {c["metric"]: c for c in found
+                                             if "template" not in c}, per))
     best_t = None
     peaks = [(e.label, e.peak) for e in measured if e.peak is not None]
     if peaks:
@@ -272,7 +274,7 @@ def build(
         rows=tuple(rows),
         best_throughput=best_t,
         best_p99=best_p,
-        confidence=confidence,
+        confidence=stated,
         warnings=tuple(differences(runs)),
     )
 
@@ -308,6 +310,10 @@ def _target(results: dict[str, Any]) -> str:
 
 def change_list(cmp: Comparison) -> list[dict[str, Any]]:
     """The comparisons as results.json has them (`loadkit compare --out`: comparison.json)."""
-    return [{"phase": r.entry, "reference": cmp.reference, "load": r.point.raw.get("load"),
-             "metric": m, **c, "confidence": cmp.confidence}
-            for r in cmp.rows for m, c in r.changes.items()]
+    out = []
+    for r in cmp.rows:
+        head = {"phase": r.entry, "reference": cmp.reference, "load": r.point.raw.get("load")}
+        out += [{**head, **c, "confidence": cmp.confidence} for c in r.changes.values()]
+        out += [{**head, **c, "confidence": cmp.confidence}
+                for per in r.template_changes.values() for c in per.values()]
+    return out

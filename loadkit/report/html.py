@@ -11,7 +11,7 @@ from typing import Any
 from loadkit.report import streaming
 from loadkit.report import tune as tune_report
 from loadkit.report.compare import Comparison, Row, highlights, load_label
-from loadkit.report.markdown import verdict_note, warnings
+from loadkit.report.markdown import mixed_note, verdict_note, warnings
 from loadkit.report.units import LATENCY_COLUMNS, ms
 from loadkit.stats import text as change_text
 
@@ -29,9 +29,9 @@ tr.sub td{color:#555;font-size:13px}
 """
 
 
-def _delta(r: Row, metric: str) -> str:
+def _delta(r: Row, metric: str, template: str | None = None) -> str:
     """The change with its interval, coloured only when it is a verdict (better / worse)."""
-    c = r.changes.get(metric)
+    c = (r.changes if template is None else r.template_changes.get(template, {})).get(metric)
     if c is None:
         return '<td class="muted">-</td>'
     cls = {"better": "up", "worse": "down"}.get(c["verdict"], "muted")
@@ -48,6 +48,7 @@ def _comparison(cmp: Comparison) -> list[str]:
         f"<p>Reference: <b>{escape(cmp.reference)}</b>. Latencies in ms from HDR histograms; "
         "avg batch, queue and compute per request from Triton's statistics. "
         f"{escape(verdict_note(cmp))}</p>",
+        *[f"<p>{escape(line)}</p>" for line in mixed_note(cmp) if line],
         *[f"<p class=warn>WARNING: {escape(w)}.</p>" for w in cmp.warnings],
         "<table><tr><th>load</th><th class=l>phase</th><th>infer/s</th><th>Δ infer/s</th>"
         + "".join(f"<th>{h}</th>" for _, h in LATENCY_COLUMNS)
@@ -68,9 +69,9 @@ def _comparison(cmp: Comparison) -> list[str]:
         for name, model, rate, lat_t, errors in p.templates:
             out.append(
                 f"<tr class=sub><td></td><td class=l>↳ {escape(name)} ({escape(model)})</td>"
-                f"<td>{rate:.1f}</td><td></td>"
+                f"<td>{rate:.1f}</td>{_delta(r, 'throughput', name)}"
                 + "".join(f"<td>{ms(lat_t.get(k, 0.0))}</td>" for k, _ in LATENCY_COLUMNS)
-                + f"<td></td><td>{errors}</td><td></td></tr>")
+                + f"{_delta(r, 'p99', name)}<td>{errors}</td><td></td></tr>")
     out.append("</table><ul>")
     out += [
         f"<li>{escape(pre)}<b>{escape(label)}</b>{escape(post)}</li>"

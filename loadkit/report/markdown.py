@@ -14,6 +14,7 @@ from loadkit.report.timeline import error_notes
 from loadkit.report.units import LATENCY_COLUMNS, infer_per_s, ms, template_of
 from loadkit.run.accounting import first_message
 from loadkit.slo import table as threshold_table
+from loadkit.stats import mixed_models
 from loadkit.stats import text as change_text
 
 
@@ -301,10 +302,21 @@ def change(r: Row, metric: str) -> str:
 
 def verdict_note(cmp: Comparison) -> str:
     return (f"Δ is the change versus the reference at the same load with its "
-            f"{cmp.confidence:.0%} confidence interval, 'same (±x%)' when the interval spans "
-            "0: the difference is within the measured noise (docs/verdicts.md). Intervals come "
-            "from interleaved rounds (`repeats`) where the run had them, else from within-run "
-            "batch means, which cannot see the machine's drift between minutes.")
+            f"{cmp.confidence:.0%} confidence interval and its word: better / worse (the "
+            "interval excludes 0 and the change reaches the noise threshold), same (the whole "
+            "interval inside ±threshold), inconclusive (neither: with the rounds that would "
+            "likely decide it), unknown (no interval) (docs/verdicts.md). Intervals come from "
+            "interleaved rounds (`repeats`) where the run had them, else from within-run batch "
+            "means, which cannot see the machine's drift between minutes.")
+
+
+def mixed_note(cmp: Comparison) -> list[str]:
+    """Why a step's merged percentiles have no Δ: its templates reach different models."""
+    if not any(r.point.raw and mixed_models(r.point.raw) for r in cmp.rows):
+        return []
+    return ["Steps whose templates reach different models are compared per template (below) "
+            "and by their whole throughput; their merged percentiles are not compared: one "
+            "mode per model, and a percentile between modes jumps from round to round.", ""]
 
 
 def _streaming_comparison(cmp: Comparison) -> list[str]:
@@ -335,17 +347,20 @@ def latency_cells(lat: dict[str, float]) -> str:
 
 
 def _template_rows(cmp: Comparison) -> list[str]:
-    """Each template's own numbers where a step sent several (the rows above merge them)."""
+    """Each template's own numbers where a step sent several (the rows above merge them),
+    with its own changes against the reference's same template."""
     rows = [(r, t) for r in cmp.rows for t in r.point.templates]
     if not rows:
         return []
     out = ["Per template (the rows above merge every template's requests):", "",
-           "| load | phase | template (model) | infer/s | " + " | ".join(
-               h for _, h in LATENCY_COLUMNS) + " | errors |",
-           "|---:|---|---|---:|" + "---:|" * len(LATENCY_COLUMNS) + "---:|"]
+           "| load | phase | template (model) | infer/s | Δ infer/s | " + " | ".join(
+               h for _, h in LATENCY_COLUMNS) + " | Δ p99 | errors |",
+           "|---:|---|---|---:|---:|" + "---:|" * len(LATENCY_COLUMNS) + "---:|---:|"]
     for r, (name, model, rate, lat, errors) in rows:
-        out.append(f"| {r.load} | {r.entry} | {name} ({model}) | {rate:.1f} | "
-                   f"{latency_cells(lat)} | {errors} |")
+        own = r.template_changes.get(name, {})
+        d = ["-" if own.get(m) is None else change_text(own[m]) for m in ("throughput", "p99")]
+        out.append(f"| {r.load} | {r.entry} | {name} ({model}) | {rate:.1f} | {d[0]} | "
+                   f"{latency_cells(lat)} | {d[1]} | {errors} |")
     return [*out, ""]
 
 
@@ -378,6 +393,7 @@ def comparison_table(cmp: Comparison) -> str:
                 f"{'; '.join(f.text() for f in p.server) or '-'} |"
             )
         out.append("")
+        out += mixed_note(cmp)
         out += _template_rows(cmp)
         out += _streaming_comparison(cmp)
         out += [f"- {pre}**{label}**{post}" for pre, label, post in highlights(cmp)]

@@ -117,11 +117,16 @@ def headline(tune: dict[str, Any]) -> list[str]:
                      "measured again, interleaved, each standing for all its measurements"
                      + (f" ({tune['race_note']})" if tune.get("race_note") else "") + ".")
     if "ties" in tune:
-        tied = tune["ties"]
+        words = tune.get("tie_words") or {str(t): "inconclusive" for t in tune["ties"]}
+        said = []
+        for w, what in (("same", "the same as it within ±noise"),
+                        ("inconclusive", "not told apart from it (inconclusive)")):
+            found = [k for k, v in words.items() if v == w]
+            if found:
+                said.append(f"{what}: trial(s) {', '.join(found)}")
         rec = tune.get("recommended") or {}
-        lines.append((f"Indistinguishable from it within noise: trial(s) "
-                      f"{', '.join(map(str, tied))}. " if tied else
-                      "No other config is within noise of it. ")
+        lines.append(("; ".join(said) + ". " if said else
+                      "Every other config is worse than it beyond noise, or unknown. ")
                      + (f"Recommended: trial {rec['trial']}, {rec['why']}." if rec else ""))
     return lines
 

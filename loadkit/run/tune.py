@@ -309,9 +309,10 @@ class TuneConductor(Conductor):
                 if change is not None:
                     self.run.result.tune["gain"][f"{metric}_change"] = change
         if best is not None:
-            tied = race.ties(self.trials, best)
-            self.run.result.tune.update(ties=tied,
-                                        recommended=race.recommend(self.trials, best, tied))
+            tied = race.ties(self.trials, best, self.run.scenario.noise_threshold)
+            self.run.result.tune.update(ties=list(tied), tie_words={
+                str(k): v for k, v in tied.items()},
+                recommended=race.recommend(self.trials, best, tied))
 
 
 def _gain(best: dict[str, Any] | None, baseline: dict[str, Any] | None) -> dict[str, Any]:

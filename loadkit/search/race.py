@@ -4,16 +4,17 @@ leader are measured again, interleaved with it, and judged on all their measurem
 A trial's operating point carries its objective's interval (loadkit/stats.py). The leader's
 contenders are the trials whose interval overlaps the leader's, and those whose constraints
 were broken only within noise (`uncertain`). After the re-measures each raced trial stands for
-the mean of its measurements, with Student's t interval over them; the trials still
-indistinguishable from the best are its `ties`, and among them the report recommends the
-cheapest: fewest instances, then the smallest queue delay.
+the mean of its measurements, with Student's t interval over them; the trials not told apart
+from the best are its `ties`, each `same` (within ±noise of it) or `inconclusive`, and among the
+best and its `same` ties the report recommends the cheapest: fewest instances, then the
+smallest queue delay.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from loadkit.stats import t_interval
+from loadkit.stats import NOISE_THRESHOLD, t_interval, verdict
 
 RACE_MAX = 2  # contenders raced beside the leader (6 more measurements in all)
 RACE_ROUNDS = 2  # re-measures of each, interleaved
@@ -94,28 +95,54 @@ def cost(trial: dict[str, Any]) -> tuple[int, float]:
     return (instances or 1, delay)
 
 
-def ties(trials: list[dict[str, Any]], best: dict[str, Any]) -> list[int]:
-    """The trials (within the constraints) whose interval overlaps the best's: measured to be
-    indistinguishable from it (a trial without an interval is not counted: unknown is not a
-    tie)."""
+def word(point: dict[str, Any], best: dict[str, Any], noise: float = NOISE_THRESHOLD) -> str:
+    """A trial's objective against the best's in the four words (loadkit/stats/verdict.py):
+    the change's interval is the ratio of the two intervals' ends (conservative: each end at
+    its own level), `same` when it lies inside ±noise, `worse` when it excludes 0 beyond the
+    threshold, else `inconclusive`; `unknown` without both intervals."""
+    a, b = best.get("objective_ci"), point.get("objective_ci")
+    if not a or not b or a[0] <= 0 or best.get("objective") in (None, 0) or \
+            point.get("objective") is None:
+        return "unknown"
+    ci = [(b[0] / a[1] - 1) * 100, (b[1] / a[0] - 1) * 100]
+    delta = (point["objective"] / best["objective"] - 1) * 100
+    higher = best["score"] == best["objective"]  # the objective is a rate: higher is better
+    return verdict("throughput" if higher else "p99", ci, delta, noise)
+
+
+def ties(trials: list[dict[str, Any]], best: dict[str, Any],
+         noise: float = NOISE_THRESHOLD) -> dict[int, str]:
+    """The trials (within the constraints) the best cannot be told from: trial -> `same`
+    (known to be within ±noise of it) or `inconclusive` (not told apart either way). A trial
+    without an interval is not counted: unknown is not a tie."""
     if interval(best["point"]) is None:
-        return []
-    return [t["trial"] for t in trials if t is not best and t.get("point")
-            and t["point"]["constraints_met"] and interval(t["point"]) is not None
-            and overlaps(t["point"], best["point"])]
+        return {}
+    out = {}
+    for t in trials:
+        if t is best or not t.get("point") or not t["point"]["constraints_met"]:
+            continue
+        w = word(t["point"], best["point"], noise)
+        if w in ("same", "inconclusive"):
+            out[t["trial"]] = w
+    return out
 
 
 def recommend(trials: list[dict[str, Any]], best: dict[str, Any],
-              tied: list[int]) -> dict[str, Any]:
-    """The cheapest of the best and its ties, and why."""
-    pool = [best, *(t for t in trials if t["trial"] in tied)]
+              tied: dict[int, str]) -> dict[str, Any]:
+    """The cheapest of the best and the trials known to be the `same` as it, and why (one
+    only `inconclusive` against the best is not recommended: it may be worse)."""
+    pool = [best, *(t for t in trials if tied.get(t["trial"]) == "same")]
     pick = min(pool, key=lambda t: (cost(t), -t["point"]["score"]))
+    cheaper_unsure = [t["trial"] for t in trials if tied.get(t["trial"]) == "inconclusive"
+                      and cost(t) < cost(pick)]
+    unsure = (f"; trial(s) {', '.join(map(str, cheaper_unsure))} would be cheaper but are "
+              "inconclusive against it (more rounds: `repeats`)" if cheaper_unsure else "")
     if pick is best:
-        why = ("the best, and no tie is cheaper" if tied else
+        why = ("the best, and no config the same as it is cheaper" if tied else
                "the best, beyond noise from every other config")
     else:
         n, d = cost(pick)
-        why = (f"indistinguishable from the best (trial {best['trial']}) within noise, and "
-               f"cheaper: {n} instance(s), {d:g} µs queue delay against "
-               f"{cost(best)[0]}, {cost(best)[1]:g}")
-    return {"trial": pick["trial"], "why": why}
+        why = (f"the same as the best (trial {best['trial']}) within noise, and cheaper: "
+               f"{n} instance(s), {d:g} µs queue delay against {cost(best)[0]}, "
+               f"{cost(best)[1]:g}")
+    return {"trial": pick["trial"], "why": why + unsure}

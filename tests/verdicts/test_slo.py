@@ -110,13 +110,13 @@ def test_a_threshold_holds_only_when_every_step_holds() -> None:
 
 
 @pytest.mark.fast
-def test_an_slo_held_with_confidence_or_within_noise() -> None:
+def test_an_slo_held_with_confidence_or_inconclusive() -> None:
     from loadkit.slo import slo_confidence
 
     slo = (Threshold("p99", 50_000), Threshold("p50", 5_000), Threshold("error_rate", 0.01))
     intervals = {"p99": {"value": 40_000, "ci": [35_000, 45_000]},
                  "p50": {"value": 4_800, "ci": [4_500, 5_100]}}
     got = {c["metric"]: c["verdict"] for c in slo_confidence(slo, intervals, 0.95)}
-    assert got == {"p99": "held", "p50": "within noise"}  # no interval for error_rate
+    assert got == {"p99": "held", "p50": "inconclusive"}  # no interval for error_rate
     intervals["p99"]["value"] = 51_000
     assert slo_confidence(slo, intervals, 0.95)[0]["verdict"] == "broken"

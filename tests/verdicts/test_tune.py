@@ -124,7 +124,9 @@ def test_quick_finds_within_10_percent_of_brute_in_fewer_trials_and_the_winner_l
     assert "delta method" in gain["method"], gain
     # 1 s steps have no within-run interval: an unraced baseline leaves the change without one
     # (`unknown`, never a bare verdict); a raced one gives it its t interval
-    assert gain["verdict"] == ("better" if gain["ci_pct"] else "unknown"), gain
+    ci = gain["ci_pct"]
+    assert gain["verdict"] == ("unknown" if not ci else "better" if ci[0] > 0 else
+                               "inconclusive"), gain
     phases = {p["name"]: p["steps"][0]["throughput"] for p in results(out)["phases"]}
 
     def mean(trial: dict[str, Any]) -> float:  # over its measurements (the baseline may race)

@@ -190,11 +190,17 @@ def test_racing_picks_the_overlapping_and_the_uncertain_and_recommends_the_cheap
     for n in range(1, 60):
         size = race.field_size(n)
         assert size * race.RACE_ROUNDS <= max(0, n - 1) and size <= race.RACE_MAX + 1
+    # 960±40 and 990±30 against 1000±50: not told apart, nor known to be within ±5%
     tied = race.ties(trials, leader)
-    assert tied == [2, 4]
-    rec = race.recommend(trials, leader, tied)
-    assert rec["trial"] in (2, 4) and "cheaper" in rec["why"]  # 1 instance against 2
-    assert race.recommend([leader, far], leader, [])["why"].startswith("the best, beyond noise")
+    assert tied == {2: "inconclusive", 4: "inconclusive"}
+    rec = race.recommend(trials, leader, tied)  # cheaper, but maybe worse: not recommended
+    assert rec["trial"] == 1 and "2, 4 would be cheaper but are inconclusive" in rec["why"]
+    assert race.recommend([leader, far], leader, {})["why"].startswith("the best, beyond noise")
+    # measured tightly, a cheaper config within ±5% of the best is the `same`: recommended
+    tight, twin = _trial(1, 1000, 5, count=2), _trial(5, 990, 5, count=1)
+    assert race.ties([tight, twin], tight) == {5: "same"}
+    rec = race.recommend([tight, twin], tight, {5: "same"})
+    assert rec["trial"] == 5 and "the same as the best" in rec["why"]
     # a trial measured three times stands for the mean, with t over the three; a constraint
     # broken in one of three measurements is noise, in two of three it is not
     pts = [dict(close["point"], objective=v, score=v, constraints_met=m)
