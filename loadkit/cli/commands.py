@@ -178,8 +178,17 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
+    from loadkit.cli import gate
     from loadkit.report import read_run, render_comparison
 
+    found = gate.rules(args)
+    if found and len(args.runs) != 2:
+        err(f"--fail-on gates one run against another: give BASE NEW; found {len(args.runs)} "
+            "runs")
+        return EXIT_BAD_INPUT
+    if args.junit and not found:
+        err("--junit writes the gate's cases: give --fail-on too")
+        return EXIT_BAD_INPUT
     runs = []
     labels = args.labels.split(",") if args.labels else [Path(r).name for r in args.runs]
     if len(labels) != len(args.runs) or len(set(labels)) != len(labels):
@@ -196,6 +205,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             err(line)
     if out is not None:
         print(f"report: {out / 'report.html'}", file=sys.stderr)
+    if found:
+        return gate.apply(runs[0][1], runs[1][1], found, out, args.junit)
     return EXIT_OK
 
 

@@ -160,10 +160,25 @@ def _run_options(r: argparse.ArgumentParser, optional: bool = False) -> None:
     r.add_argument("--out", help="report folder (default reports/<UTC timestamp>-<name>/)")
     r.add_argument("--seed", type=int, default=0, help="seed for the request mix (default 0)")
     r.add_argument("--quiet", action="store_true", help="no progress lines")
-    r.add_argument("--repeats", type=int, default=0, metavar="N",
+    r.add_argument("--repeats", default="", metavar="N|auto",
                    help="measure every phase N times in interleaved rounds, for intervals that "
-                        "see the machine's drift (tune, capacity: each trial or probe N times "
-                        "back to back; default: the scenario's repeats, else 1)")
+                        "see the machine's drift; auto: add rounds until every comparison is "
+                        "decided (docs/verdicts.md). tune, capacity: each trial or probe N "
+                        "times back to back. Default: the scenario's repeats, else 1")
+    r.add_argument("--baseline", metavar="DIR",
+                   help="a CI gate: after the run, compare each phase with the same phase of "
+                        "this earlier report of the same scenario, and exit 1 on a regression "
+                        "(--fail-on, default worse); writes gate.json and gate.junit.xml "
+                        "(docs/ci.md)")
+    r.add_argument("--fail-on", action="append", metavar="WORD[:METRICS]",
+                   help="with --baseline: the words that fail the gate (worse, inconclusive, "
+                        "unknown; worse:throughput,p99 for some metrics). Repeatable")
+    r.add_argument("--max-repeats", type=int, default=0, metavar="N",
+                   help="with --repeats auto: at most N rounds (default: the scenario's "
+                        "max_repeats, else 10)")
+    r.add_argument("--max-time", default="", metavar="DURATION",
+                   help="with --repeats auto: no round that would end after this ('3m', "
+                        "'90s'; default: the scenario's max_time, else none)")
     r.add_argument("--prometheus-port", type=int, default=0, metavar="P",
                    help="serve loadkit's live metrics for Prometheus on this port while the run "
                         "lasts (docs/observe.md)")
@@ -210,6 +225,14 @@ def _other_commands(sub: Any) -> None:
     )
     c.add_argument("--labels", help="comma-separated names for the runs (default: folder names)")
     c.add_argument("--out", help="write comparison.md, plots and report.html here")
+    c.add_argument("--fail-on", action="append", metavar="WORD[:METRICS]",
+                   help="a CI gate: exit 1 when a phase of the second run is WORD (worse, "
+                        "inconclusive, unknown) against the same phase of the first at the "
+                        "same load; optionally for some metrics only (worse:throughput,p99). "
+                        "Repeatable. Writes gate.json and gate.junit.xml with --out "
+                        "(docs/ci.md)")
+    c.add_argument("--junit", metavar="FILE", help="with --fail-on: also write the gate's "
+                                                   "JUnit XML here")
     c.set_defaults(func=cmd_compare)
     u = _command(sub, "ui", "Locust's web UI with a Triton tab; arguments after -- go to "
                  "Locust", "Serve Locust's web UI for the scenario: start and stop runs from "

@@ -27,8 +27,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     from loadkit.run.session import Session, default_out
     from loadkit.scenario import load_scenario
 
+    from loadkit.cli import gate
+    from loadkit.errors import LoadkitError
+
     out_dir = _quick_start(args)
     scenario = with_repeats(load_scenario(args.scenario), args)
+    found = gate.rules(args)
+    baseline = gate.read_baseline(args)
+    if baseline is not None:
+        if args.command != "run":
+            raise LoadkitError(f"--baseline gates `loadkit run`; `loadkit {args.command}` "
+                               "searches configs (compare its report with `loadkit compare`)")
+        from loadkit.plan import build_plan
+
+        gate.check_plan(baseline, build_plan(scenario), args.baseline)
     spec = capacity_spec(args) if args.command == "capacity" else None
     tune, carried = tune_run(args, scenario) if args.command == "tune" else (None, None)
     out_dir = out_dir or (Path(args.out) if args.out else Path(args.resume) if getattr(
@@ -67,6 +79,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 exporter.stop()
     print((out_dir / "summary.md").read_text())
     print(f"report: {out_dir}")
+    if baseline is not None:
+        judged = gate.apply(baseline, run.result.to_json(), found, out_dir, None)
+        code = code or judged
     return code
 
 
@@ -130,17 +145,41 @@ def _quick_start(args: argparse.Namespace) -> Path | None:
 
 
 def with_repeats(scenario: Any, args: argparse.Namespace) -> Any:
-    """`--repeats N` over the scenario's `repeats` (tune and capacity: each trial or probe in N
-    rounds, docs/verdicts.md)."""
+    """`--repeats N|auto`, `--max-repeats`, `--max-time` over the scenario's keys (tune and
+    capacity: each trial or probe in N rounds, docs/verdicts.md). A value given is applied or
+    refused, never replaced by a default."""
     import dataclasses
 
     from loadkit.errors import LoadkitError
-    from loadkit.scenario.model import MAX_REPEATS
+    from loadkit.scenario.checks import parse_duration
+    from loadkit.scenario.model import DEFAULT_AUTO_ROUNDS, MAX_REPEATS, MIN_AUTO_ROUNDS
 
-    if args.repeats and not 1 <= args.repeats <= MAX_REPEATS:
-        raise LoadkitError(f"--repeats: expected 1 to {MAX_REPEATS}; found {args.repeats}")
-    repeats = args.repeats or scenario.repeats
-    return dataclasses.replace(scenario, repeats=repeats)
+    raw = str(getattr(args, "repeats", "") or "").strip()
+    auto = raw == "auto" or (not raw and scenario.auto)
+    if raw and raw != "auto" and (not raw.isdigit() or not 1 <= int(raw) <= MAX_REPEATS):
+        raise LoadkitError(f"--repeats: expected 1 to {MAX_REPEATS}, or auto; found {raw!r}")
+    most, limit = getattr(args, "max_repeats", 0), getattr(args, "max_time", "")
+    if (most or limit) and not auto:
+        flag = "--max-repeats" if most else "--max-time"
+        raise LoadkitError(f"{flag} bounds --repeats auto (or the scenario's repeats: auto); "
+                           f"found repeats {raw or scenario.repeats}")
+    if auto and args.command in ("tune", "capacity"):
+        raise LoadkitError(f"`loadkit {args.command}` measures each trial or probe in a fixed "
+                           "number of rounds back to back: give --repeats N (repeats: auto "
+                           "interleaves a run's phases)")
+    if not auto:
+        return dataclasses.replace(scenario, repeats=int(raw) if raw else scenario.repeats)
+    if most and not MIN_AUTO_ROUNDS <= most <= MAX_REPEATS:
+        raise LoadkitError(f"--max-repeats: expected {MIN_AUTO_ROUNDS} to {MAX_REPEATS}; "
+                           f"found {most}")
+    seconds = scenario.max_time_s
+    if limit:
+        seconds = parse_duration(limit)
+        if seconds is None or seconds <= 0:
+            raise LoadkitError(f"--max-time: expected a duration above 0 such as 3m or 90s; "
+                               f"found {limit!r}")
+    rounds = most or (scenario.repeats if scenario.auto else DEFAULT_AUTO_ROUNDS)
+    return dataclasses.replace(scenario, repeats=rounds, auto=True, max_time_s=seconds)
 
 
 def new_run(session: Any, out_dir: Path, seed: int, distributed: bool, capacity: Any = None,

@@ -57,6 +57,17 @@ def noise_note(results: dict[str, Any]) -> list[str]:
             " (coefficient of variation). A change smaller than this is not a finding.", ""]
 
 
+def rounds_note(results: dict[str, Any]) -> list[str]:
+    """`repeats: auto`: how many rounds were taken, why they stopped, and how each look was
+    judged (docs/verdicts.md)."""
+    seq = results.get("sequential")
+    if not seq:
+        return []
+    return [f"Rounds: `repeats: auto` took {seq['rounds']} interleaved round(s); stopped: "
+            f"{seq.get('stopped') or 'before its first look'}. Verdicts: {seq['design']} "
+            "(docs/verdicts.md).", ""]
+
+
 def _errors(step: dict[str, Any]) -> str:
     errs = step.get("errors", {})
     if not errs:
@@ -118,6 +129,7 @@ def summary_table(results: dict[str, Any]) -> str:
     if results.get("requests"):
         out += ["Requests sent: " + "; ".join(results["requests"]) + ".", ""]
     out += noise_note(results)
+    out += rounds_note(results)
     for phase in results["phases"]:
         title = f"## {phase['name']}"
         if phase["status"] != "ok":

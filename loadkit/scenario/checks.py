@@ -19,6 +19,23 @@ _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(b|kb|kib|mb|mib|gb|gib)\s*$", re.IGN
 _SIZE_UNITS = {"b": 1, "kb": 1 << 10, "kib": 1 << 10, "mb": 1 << 20, "mib": 1 << 20,
                "gb": 1 << 30, "gib": 1 << 30}
 
+def parse_duration(value: Any) -> float | None:
+    """Seconds from a number or a string such as '500ms', '10s', '2m', '1m30s' (None when it is
+    neither): one reading of a duration for scenario keys and command-line flags."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):
+        if _DURATION.match(value):
+            return sum(float(n) * _UNIT_S[u] for n, u in _DURATION_PART.findall(value))
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
 def type_name(value: Any) -> str:
     if value is None:
         return "null"
@@ -120,14 +137,9 @@ class Checker:
     def duration(self, value: Any, path: KeyPath, allow_zero: bool) -> float | None:
         """Seconds as a number, or a string such as '500ms', '10s', '2m', '1m30s'."""
         expected = "a duration such as 10, '10s', '500ms' or '1m30s'"
-        if isinstance(value, bool):
-            self.add(path, f"expected {expected}; found {found(value)}")
-            return None
-        if isinstance(value, (int, float)):
-            seconds = float(value)
-        elif isinstance(value, str) and _DURATION.match(value):
-            seconds = sum(float(n) * _UNIT_S[u] for n, u in _DURATION_PART.findall(value))
-        else:
+        seconds = parse_duration(value) if not isinstance(value, str) or _DURATION.match(
+            value) else None
+        if seconds is None:
             self.add(path, f"expected {expected}; found {found(value)}")
             return None
         if seconds < 0 or (seconds == 0 and not allow_zero):

@@ -35,10 +35,10 @@ def parse_budget(value: Any) -> tuple[float, int] | str:
         m = _TRIALS.match(value)
         if m:
             return (0.0, int(m[1])) if int(m[1]) > 0 else "expected at least 1 trial"
-        from loadkit.scenario.checks import _DURATION, _DURATION_PART, _UNIT_S
+        from loadkit.scenario.checks import parse_duration
 
-        if _DURATION.match(value):
-            s = sum(float(n) * _UNIT_S[u] for n, u in _DURATION_PART.findall(value))
+        s = parse_duration(value)
+        if s is not None:
             return (s, 0) if s > 0 else "expected a time above 0"
     return (f"expected a time such as '15m' or '90s', or a trial count such as '12 trials'; "
             f"found {found(value)}")
