@@ -56,7 +56,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                  log_path=out_dir / "tritonserver.log", say=_say) as session:
         assert session.control is not None
         distributed = bool(args.workers or args.master)
-        run = new_run(session, out_dir, args.seed, distributed, spec, tune)
+        run = new_run(session, out_dir, args.seed, distributed, spec, tune, baseline)
         if carried is not None:
             run.result.carried_phases, run.result.carried_histograms = carried
         if spec is not None:
@@ -183,7 +183,7 @@ def with_repeats(scenario: Any, args: argparse.Namespace) -> Any:
 
 
 def new_run(session: Any, out_dir: Path, seed: int, distributed: bool, capacity: Any = None,
-            tune: Any = None) -> Any:
+            tune: Any = None, baseline: dict[str, Any] | None = None) -> Any:
     """The Run, with the drive, conductor and reporter this command chose (run/run.py)."""
     import functools
 
@@ -208,7 +208,7 @@ def new_run(session: Any, out_dir: Path, seed: int, distributed: bool, capacity:
     conductor: Any = (functools.partial(CapacityConductor, spec=capacity) if capacity
                       else functools.partial(TuneConductor, opts=tune) if tune else Conductor)
     return Run(scenario, address, session.control, out_dir, session.embedded, drive=drive,
-               reporter=Files(), conductor=conductor, plan=plan)
+               reporter=Files(), conductor=conductor, plan=plan, baseline=baseline)
 
 
 def _exporter(run: Any, args: argparse.Namespace) -> Any:

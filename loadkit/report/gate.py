@@ -14,7 +14,7 @@ from typing import Any
 from loadkit.errors import ReportError
 from loadkit.plan import load_label
 from loadkit.report.compare import differences
-from loadkit.stats import METRICS, judging, step_changes
+from loadkit.stats import METRICS, against_baseline, judging
 from loadkit.stats import text as change_text
 
 WORDS = ("worse", "inconclusive", "unknown", "better", "same")
@@ -41,13 +41,13 @@ def parse_rules(specs: list[str]) -> tuple[Rule, ...]:
     metrics = (*METRICS,)
     rules = []
     for spec in specs:
-        word, _, names = spec.strip().partition(":")
+        word, colon, names = spec.strip().partition(":")
         if word not in ("worse", "inconclusive", "unknown"):
             raise ReportError(f"--fail-on: expected worse, inconclusive or unknown, optionally "
                               f"with metrics (worse:throughput,p99); found {spec!r}")
         picked = tuple(m.strip() for m in names.split(",") if m.strip()) if names else ()
         bad = [m for m in picked if m not in metrics]
-        if bad or (names and not picked):
+        if bad or (colon and not picked):
             raise ReportError(f"--fail-on {spec}: unknown metric {', '.join(bad) or '(none)'}; "
                               f"expected some of {', '.join(metrics)}")
         rules.append(Rule(word, picked))
@@ -90,31 +90,10 @@ def describe(c: dict[str, Any]) -> str:
             f"{c['verdict']}: {change_text(c)}")
 
 
-def matched_changes(base: dict[str, Any], new: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each phase of `new` against the same-named phase of `base`, at each load both measured
-    (two runs: never paired round by round, their rounds were not interleaved)."""
-    confidence, noise, most = judging(new)
-    mine = {p["name"]: p for p in base["phases"]}
-    out = []
-    for phase in new["phases"]:
-        ref = mine.get(phase["name"])
-        if ref is None:
-            continue
-        for step in phase["steps"]:
-            old = next((s for s in ref["steps"] if s["load"] == step["load"]), None)
-            if old is None:
-                continue
-            for c in step_changes({**old, "run": "base"}, {**step, "run": "new"}, confidence,
-                                  noise, most):
-                out.append({"phase": phase["name"], "load": step["load"], **c,
-                            "confidence": confidence})
-    return out
-
-
 def judge(base: dict[str, Any], new: dict[str, Any], rules: tuple[Rule, ...]) -> Gate:
     """The gate of `new` against `base`; a ReportError when they share no phase and load
     (nothing to gate on is not a pass)."""
-    changes = matched_changes(base, new)
+    changes = against_baseline(base, new, *judging(new))
     if not changes:
         names = sorted({p["name"] for p in base["phases"]} & {p["name"] for p in new["phases"]})
         raise ReportError(

@@ -35,12 +35,12 @@ from loadkit.run import stability
 from loadkit.run.accounting import run_failures
 from loadkit.run.drive import Collected, Drive
 from loadkit.run.results import PhaseResult, RunResult, RunStatus, StepResult
-from loadkit.run.rounds import Looks, Pool
+from loadkit.run.rounds import Looks, Pool, pooled_intervals, round_intervals
 from loadkit.run.step_result import StepContext, build_step_result
 from loadkit.run.timeline import Sampler
 from loadkit.scenario import Scenario, Stability, Threshold
 from loadkit.slo import check_phase, failed
-from loadkit.stats import across_rounds, comparisons, judging, within_run
+from loadkit.stats import comparisons, judging
 
 
 class Hub(Protocol):
@@ -59,6 +59,7 @@ class Hub(Protocol):
     template_calls: dict[str, dict[str, int | None]]  # accounting.template_calls
     input_tokens: dict[str, tuple[float, str]]
     composing: dict[str, str]  # model -> the template model it runs inside
+    baseline: dict[str, Any] | None  # `--baseline`'s results.json
 
     def save(self, final: bool = False) -> None: ...
 
@@ -148,7 +149,7 @@ class Conductor:
         phases = plan.phases
         sc = self.run.scenario
         looks = Looks(self.run.result, sc.confidence, sc.noise_threshold, plan.repeats,
-                      plan.max_time_s) if plan.auto else None
+                      plan.max_time_s, self.run.baseline) if plan.auto else None
         for r in range(plan.repeats):
             for phase in phases if r % 2 == 0 else tuple(reversed(phases)):
                 if self.aborted or self._run_phase(phase) is None:
@@ -376,17 +377,7 @@ class Conductor:
             pool.add(got, before, after, duration, rows, started_at)
             pool.keep(one)
         if pool is None or len(pool.rounds) == 1:  # one round: intervals from its seconds
-            values = {"throughput": one.throughput, **one.latency_us}
-            # a replay's seconds follow its file's shape by design: not a steady state whose
-            # seconds sample one mean (only rounds give it intervals)
-            shaped = step.arrivals is not None and step.arrivals.replay is not None
-            one.intervals = {} if shaped else within_run(
-                got.window.seconds, duration, run.batch_sizes, values, confidence)
-            if not shaped and len(one.client) > 1:
-                one.template_intervals = {n: within_run(
-                    got.window.seconds, duration, run.batch_sizes,
-                    {"throughput": c["throughput"]}, confidence, n)
-                    for n, c in one.client.items()}
+            round_intervals(one, step, got.window.seconds, run.batch_sizes, confidence)
             return one
         b, a = pool.snapshots()
         statuses = {r["status"] for r in pool.rounds}
@@ -395,12 +386,7 @@ class Conductor:
             started_at=pool.started_at, duration_s=pool.duration_s,
             status="ok" if statuses == {"ok"} else "partial", server_rows=pool.server_rows))
         pooled.rounds = list(pool.rounds)
-        pooled.intervals = across_rounds(pool.rounds, pooled.to_json(), confidence, self.ROUNDS)
-        if len(pooled.client) > 1:
-            pooled.template_intervals = {n: across_rounds(
-                [(r.get("templates") or {}).get(n) or {} for r in pool.rounds],
-                {"throughput": c["throughput"], "latency_us": c["latency_us"]},
-                confidence, self.ROUNDS) for n, c in pooled.client.items()}
+        pooled_intervals(pooled, confidence, self.ROUNDS)
         return pooled
 
     def _await_server(self, step: Step) -> None:

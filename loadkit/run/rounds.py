@@ -15,10 +15,10 @@ from loadkit.control.client import ModelCounters
 from loadkit.control.controller import Snapshot
 from loadkit.control.metrics import MetricsSnapshot
 from loadkit.plan import Step
-from loadkit.record import StepWindow
+from loadkit.record import Second, StepWindow
 from loadkit.run.drive import Collected
 from loadkit.run.results import RunResult, StepResult
-from loadkit.stats import comparisons, undecided
+from loadkit.stats import across_rounds, against_baseline, comparisons, undecided, within_run
 from loadkit.stats.sequential import design
 
 ROUND_KEYS = ("started_at", "duration_s", "status", "requests", "throughput",
@@ -117,6 +117,33 @@ class Pool:
         self.rounds.append(entry)
 
 
+def round_intervals(one: StepResult, step: Step, seconds: dict[int, Second],
+                    batch_sizes: dict[str, int], confidence: float) -> None:
+    """A step of one round: intervals from its seconds (batch means), each template's
+    throughput too where it sent several."""
+    # a replay's seconds follow its file's shape by design: not a steady state whose seconds
+    # sample one mean (only rounds give it intervals)
+    if step.arrivals is not None and step.arrivals.replay is not None:
+        one.intervals = {}
+        return
+    values = {"throughput": one.throughput, **one.latency_us}
+    one.intervals = within_run(seconds, one.duration_s, batch_sizes, values, confidence)
+    if len(one.client) > 1:
+        one.template_intervals = {n: within_run(
+            seconds, one.duration_s, batch_sizes, {"throughput": c["throughput"]}, confidence,
+            n) for n, c in one.client.items()}
+
+
+def pooled_intervals(pooled: StepResult, confidence: float, how: str) -> None:
+    """A pooled step: intervals across its rounds, each template's too."""
+    pooled.intervals = across_rounds(pooled.rounds, pooled.to_json(), confidence, how)
+    if len(pooled.client) > 1:
+        pooled.template_intervals = {n: across_rounds(
+            [(r.get("templates") or {}).get(n) or {} for r in pooled.rounds],
+            {"throughput": c["throughput"], "latency_us": c["latency_us"]}, confidence, how)
+            for n, c in pooled.client.items()}
+
+
 class Looks:
     """`repeats: auto`: after each round from the design's first look, whether to stop: every
     comparison decided, the most rounds taken, or another round would pass `max_time_s`.
@@ -124,8 +151,9 @@ class Looks:
     looks are kept in results.json's `sequential`."""
 
     def __init__(self, result: RunResult, confidence: float, noise: float, max_rounds: int,
-                 max_time_s: float) -> None:
+                 max_time_s: float, baseline: dict[str, Any] | None = None) -> None:
         self.result, self.noise, self.max_time_s = result, noise, max_time_s
+        self.baseline = baseline  # `--baseline`: its comparisons are looked at too
         self.design = design(confidence, max_rounds)
         self.started = self.last = time.monotonic()
         result.sequential = {
@@ -142,8 +170,11 @@ class Looks:
         seq["rounds"] = self.result.repeats = done
         if done < self.design.looks[0]:
             return False
-        changes = comparisons(self.result.to_json(), self.design.nominal, self.noise,
-                              self.design.max_rounds)
+        now_json = self.result.to_json()
+        judged = (self.design.nominal, self.noise, self.design.max_rounds)
+        changes = comparisons(now_json, *judged)
+        if self.baseline is not None:
+            changes += against_baseline(self.baseline, now_json, *judged)
         left = undecided(changes)
         seq["looks"].append({"round": done, "comparisons": len(changes),
                              "undecided": len(left), "elapsed_s": round(now - self.started, 1)})

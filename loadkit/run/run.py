@@ -56,12 +56,16 @@ class Run:
         reporter: Reporter,
         conductor: ConductorFactory = Conductor,
         plan: Plan | None = None,
+        baseline: dict[str, Any] | None = None,
     ):
         self.scenario = scenario
         self.plan: Plan = plan if plan is not None else build_plan(scenario)
         self.address = address
         self.out_dir = out_dir
         self.reporter = reporter
+        # `--baseline DIR`'s results.json: `repeats: auto` looks at the comparisons against
+        # it too (the CI gate's), not only at the run's own phases
+        self.baseline = baseline
         self.result = RunResult(scenario.name, scenario.redacted(), address, embedded, utcnow())
         self.events = EventLog(self.result.events)
         self.result.requests = list(self.plan.requests)

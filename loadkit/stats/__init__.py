@@ -18,6 +18,7 @@ from loadkit.stats.intervals import (
 )
 from loadkit.stats.verdict import (
     DECISIVE,
+    against_baseline,
     compare,
     comparisons,
     decide_text,
@@ -31,7 +32,7 @@ from loadkit.stats.verdict import (
 
 __all__ = [
     "DECISIVE", "DEFAULT_CONFIDENCE", "HIGHER_IS_BETTER", "METRICS", "NOISE_THRESHOLD",
-    "PERCENTILES", "STREAM_METRICS", "across_rounds", "batch_values", "compare", "comparisons",
-    "decide_text", "judging", "mean_step", "metric_of", "mixed_models", "step_changes",
-    "t_interval", "text", "undecided", "verdict", "within_run",
+    "PERCENTILES", "STREAM_METRICS", "across_rounds", "against_baseline", "batch_values",
+    "compare", "comparisons", "decide_text", "judging", "mean_step", "metric_of", "mixed_models",
+    "step_changes", "t_interval", "text", "undecided", "verdict", "within_run",
 ]

@@ -249,6 +249,28 @@ def comparisons(results: dict[str, Any], confidence: float,
     return out
 
 
+def against_baseline(base: dict[str, Any], new: dict[str, Any], confidence: float,
+                     noise: float = NOISE_THRESHOLD,
+                     max_rounds: int = MAX_ROUNDS) -> list[dict[str, Any]]:
+    """Each phase of `new` against the same-named phase of an earlier run `base`, at each load
+    both measured (never paired round by round: the two runs' rounds were not interleaved)."""
+    mine = {p["name"]: p for p in base["phases"]}
+    out = []
+    for phase in new["phases"]:
+        ref = mine.get(phase["name"])
+        if ref is None:
+            continue
+        for step in phase["steps"]:
+            old = next((s for s in ref["steps"] if s["load"] == step["load"]), None)
+            if old is None:
+                continue
+            for c in step_changes({**old, "run": "baseline"}, {**step, "run": "new"},
+                                  confidence, noise, max_rounds):
+                out.append({"phase": phase["name"], "reference": f"baseline/{ref['name']}",
+                            "load": step["load"], **c, "confidence": confidence})
+    return out
+
+
 def judging(results: dict[str, Any]) -> tuple[float, float, int]:
     """(the level each comparison is judged at, the noise threshold, the most rounds) of a
     results.json: a `repeats: auto` run judges at its design's nominal level, so that its

@@ -17,6 +17,7 @@ from conftest import ROOT, loadkit, results, tokenizer_file, write
 from loadkit.scenario import load_scenario
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# a block fenced as ```yaml ci is a CI pipeline, not a scenario (tests/report/test_ci.py runs it)
 BLOCK = re.compile(r"```yaml\n(.*?)```", re.S)
 PHASE_KEYS = {"name", "load", "config", "requires", "thresholds", "mix"}
 BASE_REQUESTS = {"dense_b1": {"model": "dense", "inputs": {
