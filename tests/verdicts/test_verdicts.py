@@ -339,7 +339,7 @@ def test_tune_and_capacity_measure_each_point_in_repeats_rounds(triton, tmp_path
             r["requests"] for r in step["rounds"])
         assert step["intervals"]["throughput"]["method"] == "across 2 back-to-back rounds"
     gain = data["tune"]["gain"]["throughput_change"]
-    assert gain["verdict"] == "better" and gain["ci_pct"][0] > 50, gain
+    assert gain["verdict"] == "better" and gain["ci_pct"][0] > 5, gain  # 2 rounds: wide
     assert "delta method" in gain["method"]  # not paired: the rounds were not side by side
     cap = tmp_path / "cap"
     scen = write(tmp_path / "c.yaml", """
