@@ -54,11 +54,13 @@ class Replayed:
     in_file: int = 0
     # mooncake: each arrival's line of the file, the entry of its template's pool it sends
     entry_of: Any = field(default=None, repr=False, compare=False)
+    times: int = 0  # a looped replay: the file this many times whole (0: while the step lasts)
 
     def summary(self) -> dict[str, Any]:
         return {"file": self.file, "format": self.format, "speed": self.speed,
                 "in_window": int(len(self.offsets)), "records": self.in_file,
-                "window_s": round(self.period_s * self.speed, 3), "loop": self.loop}
+                "window_s": round(self.period_s * self.speed, 3), "loop": self.loop,
+                **({"times": self.times} if self.times else {})}
 
 
 @dataclass(frozen=True)
@@ -259,7 +261,7 @@ def replay_step(i: int, phase: str, j: int, load: ReplayLoad, speed: float,
     only = next(iter(mix)) if len(mix) == 1 else ""
     replayed = Replayed(traffic.file.name, traffic.format, speed, period, load.loop,
                         tuple(t or only for t in load.templates), traffic.offsets / speed,
-                        traffic.model_of, traffic.in_file, traffic.entry_of)
+                        traffic.model_of, traffic.in_file, traffic.entry_of, load.times)
     rate = len(traffic.offsets) / period
     return Step(i, phase, j, 1, load.warmup_s, load.duration_s(speed),
                 Arrivals(rate, "replay", j, load.max_concurrency, load.late_tolerance_s,

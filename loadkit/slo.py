@@ -291,3 +291,29 @@ def slo_confidence(slo: tuple[Threshold, ...], intervals: dict[str, Any],
                     "ci_us": ci, "confidence": confidence, "verdict": verdict,
                     "method": i.get("method", "")})
     return out
+
+
+def probe_outcome(slo: tuple[Threshold, ...], step: dict[str, Any],
+                  intervals: dict[str, Any]) -> str:
+    """A capacity probe against an SLO, judged with its intervals: `broken` when a limit broke
+    with confidence (a latency interval wholly above its limit, or a count such as the error
+    rate over its limit), `held` when every latency interval lies below its limit and every
+    count held, `inconclusive` when an interval straddles a limit, `no interval` when a
+    latency term has none (a replay probe of one round)."""
+    words = []
+    for t in slo:
+        if t.metric not in LATENCY_METRICS:
+            words.append("held" if holds(t, step_value(t, step)) else "broken")
+            continue
+        ci = (intervals.get(t.metric) or {}).get("ci")
+        if ci is None:
+            words.append("no interval")
+        else:
+            words.append("held" if ci[1] <= t.limit else "broken" if ci[0] > t.limit else
+                         "inconclusive")
+    if step.get("status") != "ok":
+        words.append("inconclusive")
+    for word in ("broken", "inconclusive", "no interval"):
+        if word in words:
+            return word
+    return "held"

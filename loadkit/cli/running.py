@@ -163,10 +163,9 @@ def with_repeats(scenario: Any, args: argparse.Namespace) -> Any:
         flag = "--max-repeats" if most else "--max-time"
         raise LoadkitError(f"{flag} bounds --repeats auto (or the scenario's repeats: auto); "
                            f"found repeats {raw or scenario.repeats}")
-    if auto and args.command in ("tune", "capacity"):
-        raise LoadkitError(f"`loadkit {args.command}` measures each trial or probe in a fixed "
-                           "number of rounds back to back: give --repeats N (repeats: auto "
-                           "interleaves a run's phases)")
+    if auto and args.command == "tune":
+        raise LoadkitError("`loadkit tune` measures each trial in a fixed number of rounds back "
+                           "to back and races the close ones: give --repeats N")
     if not auto:
         return dataclasses.replace(scenario, repeats=int(raw) if raw else scenario.repeats)
     if most and not MIN_AUTO_ROUNDS <= most <= MAX_REPEATS:
@@ -240,7 +239,16 @@ def capacity_spec(args: argparse.Namespace) -> Any:
     if args.budget <= 0 or not 0 < args.precision < 1:
         raise CapacityInputError("--budget must be above 0 and --precision in (0, 1)")
     peak, peak_speed = parse_peak(args.peak) if args.peak else (None, None)
+    min_probe = None
+    if args.min_probe is not None:
+        from loadkit.scenario.checks import parse_duration
+
+        min_probe = parse_duration(args.min_probe)
+        if min_probe is None or min_probe <= 0:
+            raise CapacityInputError(f"--min-probe: expected a duration above 0 such as 5s; "
+                                     f"found {args.min_probe!r}")
     return CapacitySpec(
+        min_probe_s=min_probe,
         slo=parse_slo(args.slo),
         slo_text=args.slo,
         peak=peak,

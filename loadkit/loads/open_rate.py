@@ -168,6 +168,7 @@ class _Replay(_Schedule):
                          else None)
         self.period_ns = int(replay.period_s * 1e9)
         self.looped = replay.loop
+        self.times, self.passes = replay.times, 1
         self.k = 0
         self.base_ns = self.next_ns
 
@@ -178,9 +179,10 @@ class _Replay(_Schedule):
         n, rng = len(offsets), self.lane.rng
         while True:
             if self.k == n:
-                if not self.looped:
+                if not self.looped or (self.times and self.passes >= self.times):
                     return None
                 self.k, self.base_ns = 0, self.base_ns + self.period_ns
+                self.passes += 1
             due = self.base_ns + offsets[self.k]
             if due > now:
                 return due

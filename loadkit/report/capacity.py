@@ -27,17 +27,21 @@ def capacity_table(cap: dict[str, Any]) -> str:
         "Each config's highest arrival rate (requests/s) whose measured step held every limit ("
         + ", ".join(f"{t['metric']} <= {fmt_value(t['metric'], t['limit'])}"
                     for t in cap["limits"])
-        + "), found by bracketing and bisection and confirmed by a repeat. The bracket is the "
-        "answer's error bar: the highest rate that held and the lowest that broke. The result "
-        "says whether the confirmation held each latency limit with confidence (the upper end "
-        "of its interval below the limit) or only within noise (docs/verdicts.md)."
+        + "), found by bracketing and bisection and confirmed by a repeat. The interval is the "
+        "answer's error bar across runs: from the highest rate whose probe held the SLO with "
+        "confidence (every latency interval below its limit) to the lowest that broke it with "
+        "confidence; between them probes were inconclusive, and another run may answer "
+        "anywhere there (? : no probe reached that end with confidence). The bracket is only "
+        "the bisection's last step. The result says whether the confirmation held each latency "
+        "limit with confidence or was inconclusive (docs/capacity.md)."
         + (" A replay phase searched the speed of its file (x2: the recorded traffic twice as "
            "fast); its max rate is the file's mean rate at the highest speed that held."
            if replayed else ""),
         "",
-        "| config | max rate | infer/s | p50 | p99 | p99.9 | bracket | probes | replicas"
+        "| config | max rate | interval | infer/s | p50 | p99 | p99.9 | bracket | probes | "
+        "replicas"
         + (f" for {peak:g}/s" if peak else f" for {speed:g}x" if speed else "") + " | result |",
-        "|---|---:|---:|---:|---:|---:|---|---:|---:|---|",
+        "|---|---:|---|---:|---:|---:|---:|---|---:|---:|---|",
     ]
     for p in cap["phases"]:
         lat = p["latency_us"]
@@ -50,10 +54,15 @@ def capacity_table(cap: dict[str, Any]) -> str:
                           if ci else ""))
         if p.get("generator_limited"):
             result += "; WARNING: the generator fell behind in a failing probe"
+        if "server" in p.get("limited_by", []):
+            result += "; failing probes filled every in-flight slot (the server's queue)"
         at = _speed if p.get("search") == "speed" else _rate
         top = _rate(p["max_rate"]) + (f" (x{p['max_speed']:g})" if p.get("max_speed") else "")
+        low, high = p.get("interval_speed") or p.get("interval") or [None, None]
+        span = f"{at(low) if low else '?'} .. {at(high) if high else '?'}" \
+            if p.get("interval") else "-"
         lines.append(
-            f"| {p['phase']} | {top} | "
+            f"| {p['phase']} | {top} | {span} | "
             f"{p['max_infer_s'] if p['max_infer_s'] is not None else '-'} | "
             f"{ms(lat['p50']) if lat else '-'} | {ms(lat['p99']) if lat else '-'} | "
             f"{ms(lat['p999']) if lat else '-'} | {at(lo)} .. {at(hi)} | "

@@ -289,12 +289,16 @@ def _open_loop_notes(steps: list[dict[str, Any]]) -> list[str]:
             + (f"{ms(late['p50'])} / {ms(late['p99'])}" if late else "-")
             + f" | {ms(lat['p50'])} | {ms(lat['p99'])} |"
         )
+        if o.get("dropped"):
+            warn.append(
+                f"WARNING: at {label} the server did not keep up: {o['dropped']} arrivals found "
+                f"all {o['max_concurrency']} in-flight slots waiting on the server "
+                "(max_concurrency) and were dropped, not sent.")
         if o.get("generator_limited"):
             warn.append(
-                f"WARNING: at {label} the generator, not the server, was the limit: "
-                f"{o['dropped']} requests dropped (max_concurrency reached) and {o['late']} sent "
-                f"later than {o['late_tolerance_ms']:g} ms after their scheduled time."
-            )
+                f"WARNING: at {label} the generator fell behind its schedule: {o['late']} "
+                f"requests left later than {o['late_tolerance_ms']:g} ms after their scheduled "
+                "time (loadkit's own CPU: fewer in flight, or --workers).")
     return [*out, "", *([*warn, ""] if warn else [])]
 
 

@@ -9,8 +9,10 @@ still to search, so a slow first config cannot starve the others.
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from loadkit.plan import Arrivals, PhasePlan, Step, replay_step
 from loadkit.run.conductor import Conductor, Hub
@@ -18,7 +20,9 @@ from loadkit.run.results import PhaseResult
 from loadkit.scenario import RateLoad, Threshold
 from loadkit.scenario.model import ReplayLoad
 from loadkit.search.capacity import Probe, Search, cheapest, phase_summary
-from loadkit.slo import judge_step, slo_confidence
+from loadkit.slo import judge_step, probe_outcome, slo_confidence
+from loadkit.stats import across_rounds
+from loadkit.stats.sequential import MIN_ROUNDS, design
 
 PROBE_OVERHEAD_S = 1.5  # drain, snapshots and the report write around each probe
 CONFIRM_FACTOR = 2
@@ -44,6 +48,22 @@ class CapacitySpec:
     max_rate: float | None = None
     peak_speed: float | None = None  # --peak 3x: a replay's traffic three times as fast
     start_speed: float | None = None  # a replay's first speed (default: the load's speed)
+    # every probe at least this long (a replay repeats its file whole); None: 5 s for a
+    # replay (at a high speed a file lasts a second, and one stall decides), step_duration
+    # for a rate
+    min_probe_s: float | None = None
+
+
+REPLAY_MIN_PROBE_S = 5.0
+
+
+def looped(load: ReplayLoad, speed: float, min_probe_s: float) -> ReplayLoad:
+    """The replay at `speed`, its file repeated whole until the probe lasts `min_probe_s`."""
+    period = load.traffic.duration_s / speed if speed > 0 else 0.0
+    if period <= 0 or period >= min_probe_s or load.step_duration_s:
+        return load
+    times = math.ceil(min_probe_s / period - 1e-9)
+    return dataclasses.replace(load, loop=True, times=times, step_duration_s=times * period)
 
 
 class CapacityConductor(Conductor):
@@ -102,7 +122,9 @@ class CapacityConductor(Conductor):
             search = Search(start=float(start), precision=self.spec.precision,
                             max_rate=self.spec.max_rate or Search.max_rate)
         deadline = time.monotonic() + self._phase_budget_s(phase)
-        rounds = self.run.plan.repeats  # each probe in this many rounds, pooled
+        # each probe in this many rounds, pooled (auto: at most; the budget counts the first
+        # look's)
+        rounds = MIN_ROUNDS if self.run.plan.auto else self.run.plan.repeats
         cost = (first.warmup_s + first.duration_s + PROBE_OVERHEAD_S) * rounds
         mix = phase.mix
         batch = sum(mix.get(n, 0) * b for n, b in self.run.batch_sizes.items()) / sum(
@@ -115,34 +137,57 @@ class CapacityConductor(Conductor):
                 search.stopped = "budget"
                 break
             rate, kind = nxt
-            if replay is not None:  # the file at this speed, as long as it lasts
-                step = replay_step(phase.index, phase.name, len(pr.steps), replay, rate,
-                                   phase.mix)
+            if replay is not None:  # the file at this speed, repeated to the minimum length
+                step = replay_step(phase.index, phase.name, len(pr.steps), looped(
+                    replay, rate, self.spec.min_probe_s or REPLAY_MIN_PROBE_S), rate, phase.mix)
                 duration = step.duration_s
             else:
                 # a confirmation (and, after one failed, every probe) measures twice as long:
                 # the answer must hold, not just once pass
-                duration = first.duration_s * (CONFIRM_FACTOR if search.long(kind) else 1)
+                duration = max(first.duration_s, self.spec.min_probe_s or 0.0) * (
+                    CONFIRM_FACTOR if search.long(kind) else 1)
                 step = Step(phase.index, phase.name, len(pr.steps), 1, first.warmup_s, duration,
                             Arrivals(rate, template.arrival, template.seed + len(pr.steps),
                                      template.max_concurrency, template.late_tolerance_s))
             if time.monotonic() + cost + (duration - first.duration_s) * rounds > deadline:
                 search.stopped = "budget"
                 break
-            for _ in range(rounds):
-                self._run_step(step, pr)
-                if self.aborted:
-                    break
-            result = pr.steps[-1].to_json()
+            result, outcome, taken = self._probe(step, pr, rounds)
             passed, broken = judge_step(self.spec.slo, result)
             ol = result.get("open_loop", {})
             search.record(Probe(rate, kind, passed, broken, step.index, result["latency_us"],
-                                ol.get("achieved_rate", 0.0), bool(ol.get("generator_limited"))))
+                                ol.get("achieved_rate", 0.0), bool(ol.get("generator_limited")),
+                                outcome, ol.get("limited_by", ""), taken))
             self._summarize(phase, search, pr, batch)
             self.run.save()
         if self.aborted:
             pr.status = "partial"
         self._summarize(phase, search, pr, batch)
+
+    def _probe(self, step: Step, pr: PhaseResult, rounds: int
+               ) -> tuple[dict[str, Any], str, int]:
+        """One probe in its rounds, back to back: (the pooled step, its SLO outcome judged
+        with its intervals, rounds taken). With `repeats: auto`, rounds are added from the
+        third until the outcome is held or broken with confidence (each look at the
+        sequential design's level, loadkit/stats/sequential.py), or the most rounds."""
+        plan = self.run.plan
+        most = plan.repeats
+        level = design(self.run.scenario.confidence, most).nominal if plan.auto else None
+        taken, outcome, result = 0, "no interval", {}
+        for taken in range(1, most + 1):
+            self._run_step(step, pr)
+            if self.aborted:
+                break
+            last = pr.steps[-1]
+            result = last.to_json()
+            intervals = last.intervals if level is None else across_rounds(
+                last.rounds, result, level, self.ROUNDS)
+            outcome = probe_outcome(self.spec.slo, result, intervals)
+            if not plan.auto and taken >= rounds:
+                break
+            if plan.auto and taken >= MIN_ROUNDS and outcome in ("held", "broken"):
+                break
+        return result, outcome, taken
 
     def _summarize(self, phase: PhasePlan, search: Search, pr: PhaseResult,
                    batch: float) -> None:

@@ -197,7 +197,11 @@ def _open_loop(ctx: StepContext) -> dict[str, Any]:
         "achieved_rate": ctx.per_s(sent),
         "latency_from": "scheduled send time (service_latency_us: from the actual send)",
         "service_latency_us": latency_summary(window.merged_service()),
-        "generator_limited": bool(dropped or late > 0.01 * max(sent, 1)),
+        # what held the schedule back: arrivals that found every slot busy waited on the
+        # server (its queue filled the in-flight slots); sends that left late, on loadkit
+        "limited_by": "server" if dropped else "generator" if late > 0.01 * max(sent, 1)
+        else "",
+        "generator_limited": late > 0.01 * max(sent, 1),
         **({"replay": {**a.replay.summary(), "per_second": per_second(
             a.replay, window, ctx.step.warmup_s, ctx.step.duration_s)}}
            if a.replay is not None else {}),

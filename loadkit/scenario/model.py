@@ -213,6 +213,7 @@ class ReplayLoad:
     spec: str
     templates: tuple[str, ...] = ()  # the template of each of traffic.models (ANY: the mix)
     loop: bool = False  # start the file again when it ends (then step_duration_s bounds it)
+    times: int = 0  # looped: the file this many times whole, then stop (capacity's probes)
     step_duration_s: float = 0.0  # 0: the file's window at the step's speed
     sample_rate: int = 1
     max_concurrency: int = 0

@@ -19,6 +19,8 @@ from typing import Any
 from loadkit.errors import CapacityInputError
 
 MAX_CONFIRMS = 3
+MAX_EDGES = 2  # probes spent per side to find where the SLO holds (breaks) with confidence
+EDGE_STEP = 0.15  # each such probe 15% further from the answer
 _RATE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*(/s)?\s*$")
 
 
@@ -52,13 +54,18 @@ def replicas(peak: float, max_rate: float, headroom: float) -> int:
 @dataclass
 class Probe:
     rate: float
-    kind: str  # bracket | bisect | confirm
-    passed: bool
+    kind: str  # bracket | bisect | confirm | edge
+    passed: bool  # the measured values held every limit
     broken: list[str]
     step: int
     latency_us: dict[str, float]
     achieved_rate: float
-    generator_limited: bool
+    generator_limited: bool  # sends left late: the generator did not keep the schedule
+    # the SLO judged with the probe's intervals (slo.probe_outcome): held / broken with
+    # confidence, inconclusive, or no interval (a replay probe of one round)
+    outcome: str = "no interval"
+    limited_by: str = ""  # server (arrivals found every slot busy: dropped) | generator | ""
+    rounds: int = 1
 
 
 @dataclass
@@ -93,8 +100,10 @@ class Search:
         return kind == "confirm" or self.long_probes
 
     def next_rate(self) -> tuple[float, str] | None:
-        if self.confirmed or self.stopped:
+        if self.stopped:
             return None
+        if self.confirmed:
+            return self._edge()
         if not self.probes:
             return self.start, "bracket"
         if self.lo is None:  # nothing held yet: halve
@@ -119,6 +128,8 @@ class Search:
 
     def record(self, probe: Probe) -> None:
         self.probes.append(probe)
+        if probe.kind == "edge":  # measured for the interval: the answer stands
+            return
         rate = probe.rate
         if probe.passed:
             if probe.kind == "confirm" and rate == self.lo:
@@ -132,6 +143,40 @@ class Search:
             if self.lo is not None and self.lo >= self.hi:
                 held = [p.rate for p in self.probes if p.passed and p.rate < self.hi]
                 self.lo = max(held) if held else None
+
+    def _edge(self) -> tuple[float, str] | None:
+        """After the confirmation: where no probe held (broke) the SLO with confidence, one
+        more 15% below (above) the answer, at most MAX_EDGES a side, so that the answer's
+        interval has both ends (None: done)."""
+        if all(p.outcome == "no interval" for p in self.probes):
+            return None  # probes without intervals: another would not have one either
+        low, high = self.interval()
+        edges = [p for p in self.probes if p.kind == "edge"]
+        if low is None and self.lo is not None:
+            below = [p for p in edges if p.rate < self.lo]
+            if len(below) < MAX_EDGES:
+                rate = round(min([self.lo, *(p.rate for p in below)]) * (1 - EDGE_STEP), 2)
+                if rate >= self.min_rate:
+                    return rate, "edge"
+        if high is None and self.hi is not None:
+            above = [p for p in edges if p.rate > (self.lo or 0)]
+            if len(above) < MAX_EDGES:
+                rate = round(max([self.hi, *(p.rate for p in above)]) * (1 + EDGE_STEP), 2)
+                if rate <= self.max_rate:
+                    return rate, "edge"
+        return None
+
+    def interval(self) -> tuple[float | None, float | None]:
+        """The answer's interval from the probes' confident outcomes: the highest rate that
+        held with confidence and the lowest that broke with confidence (between them, probes
+        were inconclusive: another run may put the answer anywhere there). None at an end no
+        probe reached."""
+        held = [p.rate for p in self.probes if p.outcome == "held"]
+        broke = [p.rate for p in self.probes if p.outcome == "broken"]
+        low, high = (max(held) if held else None), (min(broke) if broke else None)
+        if low is not None and high is not None and low > high:  # the server moved between
+            low, high = high, low  # probes: the interval spans both, and says so
+        return low, high
 
     @property
     def best(self) -> Probe | None:
@@ -161,8 +206,11 @@ def phase_summary(name: str, search: Search, status: str, reason: str,
         "confirmed": search.confirmed,
         "stopped": search.stopped,
         "generator_limited": any(p.generator_limited for p in search.probes if not p.passed),
+        "limited_by": sorted({p.limited_by for p in search.probes
+                              if not p.passed and p.limited_by}),
         "points": [asdict(p) for p in search.probes],
     }
+    out |= _interval(search, replay_rate)
     if replay_rate is not None:
         out |= {"search": "speed", "max_speed": top, "rate_at_speed_1": round(replay_rate, 2)}
         if peak_speed is None and peak is not None and replay_rate > 0:
@@ -176,6 +224,32 @@ def phase_summary(name: str, search: Search, status: str, reason: str,
         out["reason"] = (reason + "; " if reason else "") + (
             f"--peak {peak_speed:g}x is a multiple of replayed traffic; this phase's load is "
             "a rate (give --peak as requests/s)")
+    return out
+
+
+def _interval(search: Search, replay_rate: float | None) -> dict[str, Any]:
+    """The answer's interval (rates, and a replay's speeds) with what it means."""
+    low, high = search.interval()
+    held = [p.rate for p in search.probes if p.outcome == "held"]
+    broke = [p.rate for p in search.probes if p.outcome == "broken"]
+    crossed = bool(held and broke and max(held) > min(broke))
+    scale = replay_rate if replay_rate is not None else 1.0
+    out: dict[str, Any] = {
+        "interval": [None if low is None else round(low * scale, 2),
+                     None if high is None else round(high * scale, 2)]}
+    if replay_rate is not None:
+        out["interval_speed"] = [low, high]
+    if all(p.outcome == "no interval" for p in search.probes):
+        out["interval_note"] = ("no probe had an interval (a replay's seconds follow its "
+                                "file: measure each probe in rounds, --repeats 3 or auto)")
+    elif crossed:
+        out["interval_note"] = ("a rate held with confidence above one that broke with "
+                                "confidence: the server's speed moved between probes")
+    else:
+        out["interval_note"] = ("from the highest rate that held the SLO with confidence to "
+                                "the lowest that broke it with confidence"
+                                + ("" if low is not None and high is not None else
+                                   "; an end no probe reached with confidence is open"))
     return out
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from conftest import dense_b1, load, loadkit, results, scenario, write
@@ -85,15 +86,47 @@ def test_a_replay_phase_answers_in_speed_and_sizes_its_peak() -> None:
     assert "replicas" not in out and "--peak 3x is a multiple of replayed traffic" in out["reason"]
 
 
-def _drive(search: Search, capacity: float) -> list[tuple[float, str]]:
+def _drive(search: Search, capacity: float, outcome: Any = None) -> list[tuple[float, str]]:
     """Answer the search with a server whose SLO breaks above `capacity`."""
     asked = []
     while (nxt := search.next_rate()) is not None:
         rate, kind = nxt
         asked.append((rate, kind))
-        search.record(Probe(rate, kind, rate <= capacity, [], len(asked), {}, rate, False))
+        search.record(Probe(rate, kind, rate <= capacity, [], len(asked), {}, rate, False,
+                            outcome(rate) if outcome else "no interval"))
         assert len(asked) < 40
     return asked
+
+
+def _sure(capacity: float, spread: float) -> Any:
+    """Outcomes of a server whose SLO breaks above `capacity`, judged with intervals that are
+    sure only `spread` away from it."""
+    def outcome(rate: float) -> str:
+        return ("held" if rate <= capacity * (1 - spread) else
+                "broken" if rate >= capacity * (1 + spread) else "inconclusive")
+    return outcome
+
+
+@pytest.mark.fast
+def test_the_answer_carries_the_interval_where_the_slo_held_and_broke_with_confidence() -> None:
+    """Near the edge probes are inconclusive; after confirming, the search probes 15% below and
+    above until the SLO holds (breaks) with confidence, so the interval brackets the answer
+    with measured ends, and the answer of another run with other luck falls inside it."""
+    s = Search(start=100, precision=0.05)
+    sure = _sure(730, 0.2)
+    asked = _drive(s, capacity=730, outcome=sure)
+    edges = [r for r, k in asked if k == "edge"]
+    assert edges and s.confirmed, asked
+    low, high = s.interval()
+    assert low is not None and high is not None and low <= 730 * 0.8 and high >= 730 * 1.2
+    assert low < s.lo < high
+    out = phase_summary("p", s, "found", "", None, 0.3, 1.0)
+    assert out["interval"] == [low, high] and "with confidence" in out["interval_note"]
+    # no probe with an interval: no edge probes, and the summary says why
+    bare = Search(start=100, precision=0.05)
+    assert not [k for _, k in _drive(bare, capacity=730) if k == "edge"]
+    assert "no probe had an interval" in phase_summary("p", bare, "found", "", None, 0.3,
+                                                       1.0)["interval_note"]
 
 
 @pytest.mark.fast
@@ -287,9 +320,13 @@ def test_capacity_replay_searches_the_speed_of_a_trace(triton, tmp_path) -> None
     for probe, step in zip(phase["points"], steps, strict=True):
         replay = step["open_loop"]["replay"]
         assert replay["speed"] == probe["rate"] and replay["format"] == "triton_trace"
-        assert step["open_loop"]["scheduled"] == 400  # the whole file, once, per probe
+        # the whole file, repeated whole until the probe lasts 5 s (at speed 4 the 2 s file
+        # lasts half a second: one stall would decide the answer)
+        times = math.ceil(5 / (2.0 / probe["rate"]) - 1e-9)
+        assert step["open_loop"]["scheduled"] == 400 * times, (probe, step["open_loop"])
+        assert step["duration_s"] >= 4.9 and replay["loop"] == (times > 1)
         offered = replay["per_second"]["offered"]
-        assert sum(offered["dense"]) == 300 and sum(offered["add_sub"]) == 100, offered
+        assert sum(offered["dense"]) == 300 * times and sum(offered["add_sub"]) == 100 * times
         assert step["accounting"]["status"] == "ok", step["accounting"]
     summary = (out / "summary.md").read_text()
     assert "peak of 3x the replayed traffic" in summary and "| add_sub |" in summary
