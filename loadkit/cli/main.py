@@ -142,8 +142,9 @@ def _capacity_options(k: argparse.ArgumentParser) -> None:
     k.add_argument("--precision", type=float, default=0.05,
                    help="stop bisecting when the bracket is this tight (default 0.05 = 5%%)")
     k.add_argument("--max-rate", help="never try more than this rate (default: no ceiling)")
-    k.add_argument("--start-rate", help="first rate to try (default: the phase's first rate, "
-                                        "or 100/s)")
+    k.add_argument("--start-rate", help="first rate to try, or a replay's first speed such as "
+                                        "4x (default: the phase's first rate or speed, or "
+                                        "100/s)")
     k.add_argument("--min-probe", metavar="DURATION",
                    help="every probe lasts at least this long; a replay repeats its file whole "
                         "to fill it (default: 5s for a replay, the phase's step_duration for a "

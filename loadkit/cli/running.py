@@ -239,6 +239,15 @@ def capacity_spec(args: argparse.Namespace) -> Any:
     if args.budget <= 0 or not 0 < args.precision < 1:
         raise CapacityInputError("--budget must be above 0 and --precision in (0, 1)")
     peak, peak_speed = parse_peak(args.peak) if args.peak else (None, None)
+    start_speed = None
+    if args.start_rate and args.start_rate.strip().endswith("x"):  # a replay's first speed
+        try:
+            start_speed = parse_peak(args.start_rate)[1]
+        except CapacityInputError:
+            start_speed = None
+        if start_speed is None:
+            raise CapacityInputError(f"--start-rate: expected a rate such as 100/s or a "
+                                     f"replay's speed such as 4x; found {args.start_rate!r}")
     min_probe = None
     if args.min_probe is not None:
         from loadkit.scenario.checks import parse_duration
@@ -256,7 +265,9 @@ def capacity_spec(args: argparse.Namespace) -> Any:
         headroom=args.headroom,
         budget_s=args.budget,
         precision=args.precision,
-        start_rate=parse_rate(args.start_rate, "--start-rate") if args.start_rate else None,
+        start_rate=parse_rate(args.start_rate, "--start-rate") if args.start_rate and not
+        start_speed else None,
+        start_speed=start_speed,
         max_rate=parse_rate(args.max_rate, "--max-rate") if args.max_rate else None,
     )
 

@@ -278,6 +278,10 @@ def test_capacity_search_is_stable_and_its_answer_holds_as_a_fixed_rate(triton, 
                                               "multiple of the replayed traffic such as 3x"),
     (["--slo", "p99<5ms", "--replay", "scenarios/data/bursty-trace.json.0"],
      "--replay scenarios/data/bursty-trace.json.0 with a scenario file: give the phase"),
+    (["--slo", "p99<5ms", "--start-rate", "0x"], "--start-rate: expected a rate such as 100/s "
+                                                 "or a replay's speed such as 4x; found '0x'"),
+    (["--slo", "p99<5ms", "--min-probe", "0s"], "--min-probe: expected a duration above 0"),
+    (["--slo", "p99<5ms", "--repeats", "0"], "--repeats: expected 1 to 50, or auto; found '0'"),
 ])
 def test_bad_capacity_flags_exit_2_before_any_load(flags, message) -> None:
     proc = loadkit("capacity", "scenarios/capacity.yaml", *flags, "--target", "127.0.0.1:1")
