@@ -70,7 +70,7 @@ def score(objective: Objective, step: dict[str, Any],
 
 def judge(spec: TuneSpec, step: dict[str, Any]) -> tuple[bool, list[str], str, list[str]]:
     """(keeps every constraint, what broke, why a constraint could not be checked, what broke
-    only within noise). A latency constraint counts as broken only when its interval lies
+    inconclusively). A latency constraint counts as broken only when its interval lies
     above the limit; broken by the value alone it is `uncertain` (racing measures it again)."""
     ok, broken = judge_step(spec.constraints, step) if spec.constraints else (
         step.get("status") == "ok", [] if step.get("status") == "ok" else [
@@ -82,7 +82,7 @@ def judge(spec: TuneSpec, step: dict[str, Any]) -> tuple[bool, list[str], str, l
         hit = [b for b in broken if b.startswith(t.name + " ")]
         if hit and ci is not None and t.template is None and ci[0] <= t.limit:
             broken.remove(hit[0])
-            uncertain.append(hit[0] + " (within noise)")
+            uncertain.append(hit[0] + " (inconclusive: its interval reaches the limit)")
     ok = ok or (not broken and bool(uncertain))
     skipped = ""
     if spec.gpu_memory_bytes:
