@@ -103,6 +103,7 @@ class Comparison:
     best_p99: tuple[str, str, float] | None  # (entry, load, p99 us) at the heaviest common load
     confidence: float = 0.95
     warnings: tuple[str, ...] = ()  # runs compared that differ in target, configs or loads
+    sequential: bool = False  # the reference run took `repeats: auto` rounds
 
     @property
     def measured(self) -> tuple[Entry, ...]:
@@ -276,6 +277,7 @@ def build(
         best_p99=best_p,
         confidence=stated,
         warnings=tuple(differences(runs)),
+        sequential=bool(runs and runs[0][1].get("sequential")),
     )
 
 

@@ -11,7 +11,7 @@ from typing import Any
 from loadkit.report import streaming
 from loadkit.report import tune as tune_report
 from loadkit.report.compare import Comparison, Row, highlights, load_label
-from loadkit.report.markdown import mixed_note, verdict_note, warnings
+from loadkit.report.markdown import mixed_note, undecided_note, verdict_note, warnings
 from loadkit.report.units import LATENCY_COLUMNS, ms
 from loadkit.stats import text as change_text
 
@@ -48,7 +48,8 @@ def _comparison(cmp: Comparison) -> list[str]:
         f"<p>Reference: <b>{escape(cmp.reference)}</b>. Latencies in ms from HDR histograms; "
         "avg batch, queue and compute per request from Triton's statistics. "
         f"{escape(verdict_note(cmp))}</p>",
-        *[f"<p>{escape(line)}</p>" for line in mixed_note(cmp) if line],
+        *[f"<p>{escape(line)}</p>" for line in [*undecided_note(cmp), *mixed_note(cmp)]
+          if line],
         *[f"<p class=warn>WARNING: {escape(w)}.</p>" for w in cmp.warnings],
         "<table><tr><th>load</th><th class=l>phase</th><th>infer/s</th><th>Δ infer/s</th>"
         + "".join(f"<th>{h}</th>" for _, h in LATENCY_COLUMNS)

@@ -326,6 +326,21 @@ def verdict_note(cmp: Comparison) -> str:
             "means, which cannot see the machine's drift between minutes.")
 
 
+def undecided_note(cmp: Comparison) -> list[str]:
+    """How many comparisons could not be decided, and what would decide them."""
+    found = [c for r in cmp.rows for c in [*r.changes.values(),
+                                           *(x for t in r.template_changes.values()
+                                             for x in t.values())]]
+    open_ = [c for c in found if c["verdict"] == "inconclusive"]
+    if not open_:
+        return []
+    auto = any(r.point.raw.get("rounds") for r in cmp.rows) and cmp.sequential
+    return [f"{len(open_)} of {len(found)} comparisons are inconclusive: "
+            + ("the rounds ran out before they were decided (`max_repeats`, `max_time`)."
+               if auto else "`repeats: auto` (`--repeats auto`) adds interleaved rounds until "
+               "every comparison is better, worse or same (docs/verdicts.md)."), ""]
+
+
 def mixed_note(cmp: Comparison) -> list[str]:
     """Why a step's merged percentiles have no Δ: its templates reach different models."""
     if not any(r.point.raw and mixed_models(r.point.raw) for r in cmp.rows):
@@ -409,6 +424,7 @@ def comparison_table(cmp: Comparison) -> str:
                 f"{'; '.join(f.text() for f in p.server) or '-'} |"
             )
         out.append("")
+        out += undecided_note(cmp)
         out += mixed_note(cmp)
         out += _template_rows(cmp)
         out += _streaming_comparison(cmp)
