@@ -21,10 +21,11 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("without a scenario file (perf_analyzer's flags and meanings)")
     g.add_argument("-m", "--model-name", dest="model", metavar="MODEL",
                    help="load this model with inputs from its metadata (no scenario file)")
-    g.add_argument("-x", "--model-version", dest="model_version", default="", metavar="V",
+    g.add_argument("-x", "--model-version", dest="model_version", metavar="V",
                    help="with -m: the model version (default: the server's choice)")
-    g.add_argument("-b", "--batch-size", dest="batch_size", type=int, default=1, metavar="N",
-                   help="with -m: batch size of each request (default 1)")
+    g.add_argument("-b", "--batch-size", dest="batch_size", type=int, metavar="N",
+                   help="batch size of each request (default 1; with a scenario file: every "
+                        "template's batch_size)")
     g.add_argument("--shape", action="append", default=[], metavar="NAME:D1,D2",
                    help="with -m: the shape of an input with a variable dimension (repeatable)")
     g.add_argument("--input-data", metavar="FILE|random|zero",
@@ -33,24 +34,46 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     load = g.add_mutually_exclusive_group()
     load.add_argument("--concurrency", "--concurrency-range", dest="concurrency",
                       metavar="START:END:STEP",
-                      help="with -m: closed loop, e.g. 8 or 1:16:2 (default 1)")
+                      help="closed loop, e.g. 8 or 1:16:2 (default 1; with a scenario file: "
+                           "every closed-loop phase's concurrency)")
     load.add_argument("--rate", "--request-rate-range", dest="rate", metavar="START:END:STEP",
-                      help="with -m: open loop in requests/s, e.g. 100:500:100")
+                      help="open loop in requests/s, e.g. 100:500:100 (with a scenario file: "
+                           "every rate phase's rate)")
     g.add_argument("--replay", metavar="FILE",
                    help="the load is this traffic file replayed (a Triton trace, perf_analyzer's "
                         "request intervals, a rate CSV or a Prometheus export: docs/replay.md); "
                         "without -m, one template per model the file names; with capacity, "
                         "the search moves its speed; FILE1,FILE2 for a trace's parts")
-    g.add_argument("--sample-rate", type=int, default=1, metavar="N",
+    g.add_argument("--sample-rate", type=int, metavar="N",
                    help="with --replay of a Triton trace taken with rate=N: each trace stands "
                         "for N requests (default 1)")
-    g.add_argument("--step-duration", default="5s", metavar="DURATION",
-                   help="with -m: measured time of each load level (default 5s, perf_analyzer's "
-                        "measurement interval)")
+    g.add_argument("--step-duration", metavar="DURATION",
+                   help="measured time of each load level (default 5s, perf_analyzer's "
+                        "measurement interval; with a scenario file: every phase's)")
     g.add_argument("-p", "--measurement-interval", dest="measurement_ms", type=int,
-                   metavar="MS", help="with -m: --step-duration in milliseconds")
-    g.add_argument("--warmup", default="1s", metavar="DURATION",
-                   help="with -m: unmeasured time before each load level (default 1s)")
+                   metavar="MS", help="--step-duration in milliseconds")
+    g.add_argument("--warmup", metavar="DURATION",
+                   help="unmeasured time before each load level (default 1s; with a scenario "
+                        "file: every phase's)")
+
+
+def check_values(args: argparse.Namespace) -> None:
+    """Zero and negative values are refused by name, never replaced by a default."""
+    for flag, value in (("-b", args.batch_size), ("-p", args.measurement_ms),
+                        ("--sample-rate", args.sample_rate)):
+        if value is not None and value < 1:
+            raise LoadkitError(f"{flag}: expected a whole number of at least 1; found {value}")
+    from loadkit.scenario.checks import parse_duration
+
+    for flag, value in (("--step-duration", args.step_duration), ("--warmup", args.warmup)):
+        seconds = parse_duration(value) if value is not None else None
+        if value is not None and (seconds is None or seconds < 0 or (
+                seconds == 0 and flag == "--step-duration")):
+            raise LoadkitError(f"{flag}: expected a duration such as 2s or 500ms"
+                               f"{' above 0' if flag == '--step-duration' else ''}; found "
+                               f"{value!r}")
+    if args.measurement_ms is not None and args.step_duration is not None:
+        raise LoadkitError("-p and --step-duration both give the step's length: give one")
 
 
 def scenario_data(args: argparse.Namespace, base: Path) -> dict[str, Any]:
@@ -63,12 +86,11 @@ def scenario_data(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         return replay_scenario_data(args, base)
     if not re.match(r"^[\w.\-]+$", model):
         raise LoadkitError(f"-m: expected a model name; found {model!r}")
-    if args.batch_size < 1:
-        raise LoadkitError(f"-b: expected a batch size of at least 1; found {args.batch_size}")
+    check_values(args)
     template: dict[str, Any] = {"model": model}
     if args.model_version:
         template["version"] = args.model_version
-    if args.batch_size != 1:
+    if args.batch_size not in (None, 1):
         template["batch_size"] = args.batch_size
     inputs = _shapes(args.shape)
     data = args.input_data
@@ -99,9 +121,9 @@ def scenario_data(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         if parse_ramp(level)[1]:
             raise LoadkitError(f"--concurrency: {parse_ramp(level)[1]}")
         load = {"concurrency": level}
-    step = f"{args.measurement_ms}ms" if args.measurement_ms else args.step_duration
+    step = f"{args.measurement_ms}ms" if args.measurement_ms else args.step_duration or "5s"
     if "replay" not in load:  # a replay lasts as long as its file
-        load |= {"step_duration": step, "warmup": args.warmup}
+        load |= {"step_duration": step, "warmup": args.warmup or "1s"}
     out: dict[str, Any] = {"name": model}
     if getattr(args, "target", None):
         out["target"] = {"grpc": args.target}
@@ -119,7 +141,7 @@ def replay_scenario_data(args: argparse.Namespace, base: Path) -> dict[str, Any]
     files = [Path(f) for f in args.replay.split(",") if f]
     try:
         traffic = read_traffic(files if len(files) > 1 else files[0],
-                               sample_rate=max(1, args.sample_rate))
+                               sample_rate=args.sample_rate or 1)
     except (DatasetError, OSError, ValueError) as exc:
         raise LoadkitError(f"--replay {args.replay}: {exc}") from None
     if ANY in traffic.models:
@@ -135,7 +157,7 @@ def replay_scenario_data(args: argparse.Namespace, base: Path) -> dict[str, Any]
 
 def _replay_load(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     load: dict[str, Any] = {"replay": _replayed(args.replay, base)}
-    if args.sample_rate != 1:
+    if args.sample_rate not in (None, 1):
         load["sample_rate"] = args.sample_rate
     return load
 

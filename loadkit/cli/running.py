@@ -27,17 +27,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     from loadkit.run.session import Session, default_out
     from loadkit.scenario import load_scenario
 
-    from loadkit.cli import gate
+    from loadkit.cli import gate, overrides
     from loadkit.errors import LoadkitError
 
     out_dir = _quick_start(args)
-    scenario = with_repeats(load_scenario(args.scenario), args)
+    overrides.refuse_idle(args)
+    scenario = load_scenario(args.scenario)
+    if out_dir is None and hasattr(args, "concurrency"):  # perf_analyzer's flags beside a file
+        scenario, out_dir = _overridden(args, scenario)
+    scenario = with_repeats(scenario, args)
     found = gate.rules(args)
+    if getattr(args, "baseline", None) and args.command != "run":
+        raise LoadkitError(f"--baseline gates `loadkit run`; `loadkit {args.command}` "
+                           "searches configs (compare its report with `loadkit compare`)")
     baseline = gate.read_baseline(args)
     if baseline is not None:
-        if args.command != "run":
-            raise LoadkitError(f"--baseline gates `loadkit run`; `loadkit {args.command}` "
-                               "searches configs (compare its report with `loadkit compare`)")
         from loadkit.plan import build_plan
 
         gate.check_plan(baseline, build_plan(scenario), args.baseline)
@@ -83,6 +87,27 @@ def cmd_run(args: argparse.Namespace) -> int:
         judged = gate.apply(baseline, run.result.to_json(), found, out_dir, None)
         code = code or judged
     return code
+
+
+def _overridden(args: argparse.Namespace, scenario: Any) -> tuple[Any, Path | None]:
+    """The scenario with perf_analyzer's flags applied (cli/overrides.py), written into the
+    report folder, which is returned (the file itself, and None, when no flag was given)."""
+    from loadkit.cli import overrides
+    from loadkit.cli.quick import command_line
+    from loadkit.run.session import default_out
+    from loadkit.scenario import load_scenario
+
+    found = overrides.overrides(args)
+    if not found:
+        return scenario, None
+    data, said = overrides.apply(scenario.source.data, found)
+    out_dir = Path(args.out) if args.out else default_out(scenario.name)
+    source = Path(args.scenario)
+    path = overrides.write(out_dir / "scenario.yaml", source, data, said, command_line())
+    for line in said:
+        _say(f"override: {line}")
+    args.scenario = str(path)
+    return load_scenario(path, base=source.resolve().parent), out_dir
 
 
 def cmd_init(args: argparse.Namespace) -> int:

@@ -162,14 +162,34 @@ class Looks:
             "looks_at": list(self.design.looks), "max_rounds": max_rounds,
             "max_time_s": max_time_s or None, "looks": [], "rounds": 0, "stopped": ""}
 
+    def _fit(self, round_s: float) -> None:
+        """After the first round, before any look: the most rounds `max_time` leaves room
+        for, so the design spends its alpha on looks that can happen (the schedule then
+        depends on the round's length only, never on a result: the design stays valid)."""
+        fits = int(self.max_time_s // max(round_s, 1e-3))
+        most = max(self.design.looks[0], min(self.design.max_rounds, fits))
+        if most < self.design.max_rounds:
+            self.design = design(self.design.confidence, most)
+            self.result.sequential.update(
+                design=self.design.describe(), nominal_confidence=round(self.design.nominal, 6),
+                looks_at=list(self.design.looks), max_rounds=most,
+                fitted=f"max_time {self.max_time_s:g} s fits {fits} round(s) of "
+                       f"{round_s:.1f} s")
+
     def stop(self, done: int) -> bool:
         """Round `done` has ended: True when no more rounds should be taken."""
         now = time.monotonic()
         round_s, self.last = now - self.last, now
         seq = self.result.sequential
         seq["rounds"] = self.result.repeats = done
+        late = bool(self.max_time_s) and now - self.started + round_s > self.max_time_s
+        if done == 1 and self.max_time_s:
+            self._fit(round_s)
         if done < self.design.looks[0]:
-            return False
+            if late:  # judged at the design's level all the same, with the rounds there are
+                seq["stopped"] = (f"max_time: another round would pass {self.max_time_s:g} "
+                                  f"s, before the first look (round {self.design.looks[0]})")
+            return late
         now_json = self.result.to_json()
         judged = (self.design.nominal, self.noise, self.design.max_rounds)
         changes = comparisons(now_json, *judged)
@@ -183,7 +203,7 @@ class Looks:
                 else "nothing to compare"
         elif done >= self.design.max_rounds:
             seq["stopped"] = f"max_repeats: {done} rounds, {len(left)} comparison(s) undecided"
-        elif self.max_time_s and now - self.started + round_s > self.max_time_s:
+        elif late:
             seq["stopped"] = (f"max_time: another round would pass {self.max_time_s:g} s; "
                               f"{len(left)} comparison(s) undecided")
         return bool(seq["stopped"])

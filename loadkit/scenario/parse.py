@@ -35,11 +35,13 @@ TOP_KEYS = (
 )
 
 
-def load_scenario(path: str | Path) -> Scenario:
-    """Parse and validate a scenario file offline; raises ScenarioError listing every problem."""
+def load_scenario(path: str | Path, base: Path | None = None) -> Scenario:
+    """Parse and validate a scenario file offline; raises ScenarioError listing every problem.
+    `base`: the folder its relative paths are read from (default: the file's own; a scenario
+    rewritten elsewhere, as command-line overrides are, keeps its source's)."""
     path = Path(path)
     src = load_yaml(path)
-    ck = Checker(src, path.resolve().parent)
+    ck = Checker(src, (base or path.parent).resolve())
     top = ck.mapping(src.data, (), TOP_KEYS, ("requests",))
     if top is None:
         raise ScenarioError(ck.problems or [src.problem((), "not a scenario")])
