@@ -19,6 +19,10 @@ REFUSED = {
     "input_data": ("--input-data", "the template's `dataset:` (or `inputs: {NAME: {data: "
                    "zeros}}`)"),
     "sample_rate": ("--sample-rate", "the replay load's `sample_rate:`"),
+    "sequence_length": ("--sequence-length", "the template's `sequence: {length: N}`"),
+    "sequence_length_variation": ("--sequence-length-variation",
+                                  "the template's `sequence: {length_variation: PCT}`"),
+    "sequence_id_range": ("--sequence-id-range", "the template's `sequence: {ids: [a, b]}`"),
 }
 # flags that belong to another flag: given without it they would do nothing
 NEEDS = (

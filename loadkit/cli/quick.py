@@ -47,6 +47,13 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sample-rate", type=int, metavar="N",
                    help="with --replay of a Triton trace taken with rate=N: each trace stands "
                         "for N requests (default 1)")
+    g.add_argument("--sequence-length", type=int, metavar="N",
+                   help="with -m on a sequence model: requests per sequence (default 20, "
+                        "perf_analyzer's)")
+    g.add_argument("--sequence-length-variation", type=float, metavar="PCT",
+                   help="with -m: each sequence's length varies by up to this %% (default 20)")
+    g.add_argument("--sequence-id-range", metavar="START:END",
+                   help="with -m: the correlation ids to use (default 1 to 2^31-1)")
     g.add_argument("--step-duration", metavar="DURATION",
                    help="measured time of each load level (default 5s, perf_analyzer's "
                         "measurement interval; with a scenario file: every phase's)")
@@ -60,7 +67,8 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
 def check_values(args: argparse.Namespace) -> None:
     """Zero and negative values are refused by name, never replaced by a default."""
     for flag, value in (("-b", args.batch_size), ("-p", args.measurement_ms),
-                        ("--sample-rate", args.sample_rate)):
+                        ("--sample-rate", args.sample_rate),
+                        ("--sequence-length", getattr(args, "sequence_length", None))):
         if value is not None and value < 1:
             raise LoadkitError(f"{flag}: expected a whole number of at least 1; found {value}")
     from loadkit.scenario.checks import parse_duration
@@ -72,6 +80,10 @@ def check_values(args: argparse.Namespace) -> None:
             raise LoadkitError(f"{flag}: expected a duration such as 2s or 500ms"
                                f"{' above 0' if flag == '--step-duration' else ''}; found "
                                f"{value!r}")
+    variation = getattr(args, "sequence_length_variation", None)
+    if variation is not None and not 0 <= variation <= 100:
+        raise LoadkitError(f"--sequence-length-variation: expected a percentage from 0 to 100; "
+                           f"found {variation:g}")
     if args.measurement_ms is not None and args.step_duration is not None:
         raise LoadkitError("-p and --step-duration both give the step's length: give one")
 
@@ -107,6 +119,9 @@ def scenario_data(args: argparse.Namespace, base: Path) -> dict[str, Any]:
         template["dataset"] = _relative(file.resolve(), base)
     if inputs:
         template["inputs"] = inputs
+    sequence = _sequence(args)
+    if sequence:
+        template["sequence"] = sequence
     if getattr(args, "replay", None):
         if args.rate or args.concurrency:
             raise LoadkitError("--replay gives the load; leave out --rate and --concurrency")
@@ -196,6 +211,26 @@ def _shapes(specs: list[str]) -> dict[str, dict[str, Any]]:
             raise LoadkitError(f"--shape: expected NAME:D1,D2,... with positive dimensions, "
                                f"such as INPUT0:3,224,224; found {spec!r}")
         out[name] = {"shape": shape}
+    return out
+
+
+def _sequence(args: argparse.Namespace) -> dict[str, Any]:
+    """perf_analyzer's sequence flags as a template's `sequence:` (the rest take its defaults,
+    and a sequence model given none gets them all: scenario/from_model.py)."""
+    out: dict[str, Any] = {}
+    length = getattr(args, "sequence_length", None)
+    variation = getattr(args, "sequence_length_variation", None)
+    ids = getattr(args, "sequence_id_range", None)
+    if length is None and variation is None and ids is None:
+        return out
+    out["length"] = 20 if length is None else length
+    out["length_variation"] = 20 if variation is None else variation
+    if ids is not None:
+        m = re.match(r"^\s*(\d+)\s*:\s*(\d+)\s*$", ids)
+        if m is None or not 1 <= int(m[1]) <= int(m[2]):
+            raise LoadkitError(f"--sequence-id-range: expected START:END with 1 <= START <= END, "
+                               f"such as 1:1000; found {ids!r}")
+        out["ids"] = [int(m[1]), int(m[2])]
     return out
 
 

@@ -131,7 +131,8 @@ def cmd_init(args: argparse.Namespace) -> int:
     except BaseException:
         path.unlink(missing_ok=True)
         raise
-    data["requests"][args.model]["inputs"] = filled
+    data["requests"][args.model].update(filled)
+    filled = filled["inputs"]
     where = args.target or "the embedded Triton"
     path.write_text(scenario_text(data, f"written by `{command_line()}` from model "
                                         f"'{args.model}' on {where}: edit freely, then "

@@ -3,7 +3,9 @@ input a template leaves out is sent as random data of the model's dtype and shap
 a data set names takes its values from the file, and a listed input without a dtype takes the
 model's. The completed template is parsed again by the same checks as a written one, so a
 completed scenario is refused or accepted exactly as its written form would be (`loadkit init`
-writes that form)."""
+writes that form). A template of a sequence-batching model that says nothing of its
+sequences gets perf_analyzer's (length 20, +-20%), as `-m` on such a model runs in perf_analyzer:
+the completed template carries them, and `loadkit init` writes them out."""
 
 from __future__ import annotations
 
@@ -19,6 +21,9 @@ from loadkit.scenario.llm import with_cancel
 from loadkit.scenario.model import Scenario
 from loadkit.scenario.requests import _template
 from loadkit.scenario.source import KeyPath
+
+# perf_analyzer's --sequence-length and --sequence-length-variation defaults
+SEQUENCE_DEFAULTS = {"length": 20, "length_variation": 20}
 
 
 def checked_against(scenario: Scenario, models: dict[str, ModelInfo | str]) -> Scenario:
@@ -49,7 +54,9 @@ def complete_from_models(scenario: Scenario, models: dict[str, ModelInfo | str])
         inputs, found = filled_inputs(name, t.pending, info, base)
         problems += [scenario.source.problem(where, msg) for where, msg in found]
         if not found:
-            filled[name] = inputs
+            filled[name] = {"inputs": inputs}
+            if info.sequence and not info.decoupled and "sequence" not in t.pending:
+                filled[name]["sequence"] = dict(SEQUENCE_DEFAULTS)
     try:
         done = with_inputs(scenario, filled)
     except ScenarioError as exc:
@@ -60,20 +67,21 @@ def complete_from_models(scenario: Scenario, models: dict[str, ModelInfo | str])
 
 
 def with_inputs(scenario: Scenario, filled: dict[str, dict[str, Any]]) -> Scenario:
-    """Pending templates parsed again with their completed `inputs:` (a worker is sent the
-    master's, so both send the same requests)."""
+    """Pending templates parsed again with their completed keys (`inputs:`, and `sequence:` for
+    a sequence model that named none; a worker is sent the master's, so both send the same
+    requests)."""
     base = scenario.path.resolve().parent
     problems: list[Problem] = []
     requests = dict(scenario.requests)
-    for name, inputs in filled.items():
+    for name, keys in filled.items():
         t = scenario.requests[name]
         path: KeyPath = ("requests", name)
         ck = Checker(scenario.source, base)
-        raw = {**t.pending, "inputs": inputs}
+        raw = {**t.pending, **keys}
         done = with_cancel(ck, raw, path, _template(ck, name, raw, path))
         problems += ck.problems
         if done is not None:
-            requests[name] = dataclasses.replace(done, filled=inputs)
+            requests[name] = dataclasses.replace(done, filled=keys)
     if problems:
         raise ScenarioError(problems)
     return dataclasses.replace(scenario, requests=requests)

@@ -118,8 +118,9 @@ class RequestTemplate:
     # a template that leaves inputs to the model's metadata: its raw mapping, parsed again
     # once the server says what the model takes (scenario/from_model.py); None when complete
     pending: Any = field(default=None, repr=False, compare=False)
-    # a completed template's `inputs:` as it would be written (`loadkit init` writes it; a
-    # master sends it to its workers)
+    # a completed template's keys as they would be written: {"inputs": ..., and "sequence":
+    # ... for a sequence model that named none} (`loadkit init` writes them; a master sends
+    # them to its workers)
     filled: Any = field(default=None, repr=False, compare=False)
 
 

@@ -51,6 +51,7 @@ REFUSED = [
     (["--shape", "INPUT0:4"], "--shape describes -m's model"),
     (["--input-data", "zero"], "--input-data describes -m's model"),
     (["--sample-rate", "2"], "--sample-rate describes -m's model"),
+    (["--sequence-length", "5"], "--sequence-length describes -m's model"),
     (["--expect-workers", "3"], "--expect-workers applies with --master; found it without"),
     (["--master-port", "5600"], "--master-port applies with --master"),
     (["--master-bind-host", "0.0.0.0"], "--master-bind-host applies with --master"),
@@ -63,7 +64,8 @@ REFUSED = [
     (["--fail-on", "worse"], "--fail-on needs --baseline DIR"),
     (["--baseline", "/nonexistent"], "--baseline /nonexistent: no results.json there"),
 ]
-DESTS_REFUSED = {"model_version", "shape", "input_data", "sample_rate", "expect_workers",
+DESTS_REFUSED = {"model_version", "shape", "input_data", "sample_rate", "sequence_length",
+                 "sequence_length_variation", "sequence_id_range", "expect_workers",
                  "master_port", "master_bind_host", "worker_wait", "prometheus_host"}
 
 

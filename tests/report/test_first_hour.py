@@ -94,6 +94,38 @@ def test_init_writes_the_scenario_run_m_would_run(triton, tmp_path) -> None:
     assert again.returncode == 2 and "exists" in again.stderr
 
 
+def test_run_m_on_a_sequence_model_runs_it_as_perf_analyzer_does(triton, tmp_path) -> None:
+    """`-m accumulate` (sequence batching: CORRID, START/END) runs with perf_analyzer's
+    sequence defaults (length 20 +-20%) or its flags, every request accounted for; `init -m`
+    writes the `sequence:` block it ran with."""
+    out = tmp_path / "seq"
+    proc = loadkit("run", "-m", "accumulate", "-u", triton.grpc_address, "--concurrency", "2",
+                   "-p", "1500", "--warmup", "0.2s", "--sequence-length", "5",
+                   "--sequence-id-range", "100:199", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (step,) = results(out)["phases"][0]["steps"]
+    assert step["accounting"]["status"] == "ok", step["accounting"]
+    assert step["client"]["accumulate"]["sequences"] > 0
+    written = yaml.safe_load((out / "scenario.yaml").read_text())
+    assert written["requests"]["accumulate"]["sequence"] == {
+        "length": 5, "length_variation": 20, "ids": [100, 199]}
+    path = tmp_path / "acc.yaml"
+    proc = loadkit("init", "-m", "accumulate", "-u", triton.grpc_address, "-o", str(path),
+                   timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert yaml.safe_load(path.read_text())["requests"]["accumulate"]["sequence"] == {
+        "length": 20, "length_variation": 20}
+    out = tmp_path / "defaults"
+    proc = loadkit("run", str(path), "-u", triton.grpc_address, "-p", "1500", "--warmup",
+                   "0.2s", "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (step,) = results(out)["phases"][0]["steps"]
+    assert step["accounting"]["status"] == "ok" and step["requests"] > 0
+    bad = loadkit("run", "-m", "accumulate", "-u", triton.grpc_address,
+                  "--sequence-id-range", "5:1")
+    assert bad.returncode == 2 and "--sequence-id-range: expected START:END" in bad.stderr
+
+
 @pytest.mark.fast
 def test_version_and_help_say_what_a_user_needs() -> None:
     from loadkit import __version__
