@@ -18,7 +18,7 @@ from flask import Blueprint, Response, jsonify, make_response, request
 
 from loadkit.plan import load_label
 from loadkit.record import latency_summary
-from loadkit.report.units import LATENCY_COLUMNS, ms
+from loadkit.report.units import LATENCY_COLUMNS, ms, step_state
 from loadkit.run.accounting import first_message
 from loadkit.run.streaming import streaming_results
 from loadkit.scenario import ConcurrencyLoad
@@ -75,8 +75,8 @@ def _server_fields(step: dict[str, Any]) -> dict[str, str]:
 def _status(step: dict[str, Any]) -> str:
     acc = step.get("accounting", {})
     if acc.get("status") == "mismatch":
-        return f"{step['status']}; ACCOUNTING MISMATCH: {acc.get('reason', '')}"
-    return step["status"]
+        return f"{step_state(step)}; ACCOUNTING MISMATCH: {acc.get('reason', '')}"
+    return step_state(step)
 
 
 def _errors(step: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ import csv
 import io
 from typing import Any
 
-from loadkit.report.units import infer_per_s, template_batch, template_of
+from loadkit.report.units import infer_per_s, step_state, template_batch, template_of
 
 COLUMNS = (
     "Concurrency", "Request Rate", "Inferences/Second", "Server Queue", "Server Compute Input",
@@ -57,7 +57,7 @@ def _row(phase: str, step: dict[str, Any], name: str, client: dict[str, Any],
         "Phase": phase, "Step": step["index"] + 1, "Template": name, "Model": model,
         "Batch Size": batch, "Requests": client["requests"], "Errors": client.get("errors", 0),
         "p99.9 latency": _us(lat.get("p999")), "Max latency": _us(lat.get("max")),
-        "Duration (s)": round(seconds, 3), "Status": step["status"],
+        "Duration (s)": round(seconds, 3), "Status": step_state(step),
     }
 
 

@@ -12,7 +12,7 @@ from loadkit.report import streaming
 from loadkit.report import tune as tune_report
 from loadkit.report.compare import Comparison, Row, highlights, load_label
 from loadkit.report.markdown import mixed_note, undecided_note, verdict_note, warnings
-from loadkit.report.units import LATENCY_COLUMNS, ms
+from loadkit.report.units import LATENCY_COLUMNS, ms, step_state
 from loadkit.stats import text as change_text
 
 CSS = """
@@ -104,7 +104,7 @@ def _steps(results: dict[str, Any], prefix: str) -> list[str]:
             out.append(
                 "<table><tr><th>load</th><th>requests</th><th>infer/s</th><th>p50</th>"
                 "<th>p90</th><th>p95</th><th>p99</th><th>p99.9</th><th>max</th>"
-                "<th class=l>errors</th><th class=l>accounting</th>"
+                "<th class=l>errors</th><th class=l>status</th><th class=l>accounting</th>"
                 "<th class=l>batch sizes executed (server)</th></tr>"
             )
             for s in phase["steps"]:
@@ -123,6 +123,7 @@ def _steps(results: dict[str, Any], prefix: str) -> list[str]:
                         f"<td>{ms(lat[k])}</td>" for k in ("p50", "p90", "p95", "p99", "p999")
                     )
                     + f"<td>{ms(lat['max'])}</td><td class=l>{escape(errs)}</td>"
+                    f"<td class=l>{escape(step_state(s))}</td>"
                     f"<td class=l>{escape(_accounting(s))}</td>"
                     f"<td class=l>{escape(batches or '-')}</td></tr>"
                 )

@@ -11,7 +11,7 @@ from loadkit.report import tune as tune_report
 from loadkit.report.capacity import capacity_table
 from loadkit.report.compare import Comparison, Row, highlights, load_label
 from loadkit.report.timeline import error_notes
-from loadkit.report.units import LATENCY_COLUMNS, infer_per_s, ms, template_of
+from loadkit.report.units import LATENCY_COLUMNS, infer_per_s, ms, step_state, template_of
 from loadkit.run.accounting import first_message
 from loadkit.slo import table as threshold_table
 from loadkit.stats import mixed_models
@@ -93,7 +93,8 @@ def _step_rows(s: dict[str, Any], scenario: dict[str, Any]) -> list[str]:
     """A step's row; where it sent several templates, the row says `all` (their requests
     merged) and each template's own row follows."""
     lat = s["latency_us"]
-    label = load_label(s["load"]) + (" (partial)" if s["status"] != "ok" else "")
+    state = step_state(s)
+    label = load_label(s["load"]) + (f" ({state})" if state != "ok" else "")
     cells = [f"{ms(lat[k])}{_pm(s, k) if k == 'p99' else ''}" for k, _ in LATENCY_COLUMNS]
     templates = s.get("client", {})
     merged = len(templates) > 1

@@ -9,6 +9,15 @@ LATENCY_COLUMNS = (("mean", "mean"), ("p50", "p50"), ("p90", "p90"), ("p95", "p9
                    ("p99", "p99"), ("p999", "p99.9"))
 
 
+def step_state(step: dict[str, Any]) -> str:
+    """What a step's status column says: partial (interrupted, a server or worker lost), not
+    stable (until_stable never settled), or ok."""
+    if step.get("status") != "ok":
+        return str(step.get("status"))
+    st = step.get("stability") or {}
+    return "not stable" if st and not st.get("stable") else "ok"
+
+
 def ms(us: float) -> str:
     """Microseconds as milliseconds with enough decimals to mean something."""
     v = us / 1000.0

@@ -200,6 +200,11 @@ def run_failures(results: dict[str, Any]) -> list[str]:
                     [s for s in steps if s["client"].get(name, {}).get("errors")]))
                 reasons.append(f"request template '{name}': all {n} requests failed, none "
                                f"measured" + (f" ({why})" if why else ""))
+    for s in steps:
+        st = s.get("stability") or {}
+        if st and not st.get("stable") and not st.get("allow_unstable"):
+            reasons.append(f"step {s['phase']}/{s['index']}: {st.get('reason', 'not stable')} "
+                           "(until_stable: {allow_unstable: true} accepts it)")
     for p in results["phases"]:
         if p["status"] == "failed":
             reasons.append(f"phase '{p['name']}' failed: {p['reason']}")

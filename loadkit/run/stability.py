@@ -46,7 +46,7 @@ def report(spec: Stability, values: list[dict[str, float]], became: bool,
     """The step's `stability` section."""
     return {
         "within": spec.within, "windows": spec.windows, "max_s": spec.max_s,
-        "stable": became,
+        "stable": became, "allow_unstable": spec.allow_unstable,
         "reason": (f"the last {spec.windows} windows agreed within {spec.within * 100:g}%"
                    if became else f"not stable within {spec.max_s:g} s: the last "
                    f"{spec.windows} windows differed by more than {spec.within * 100:g}%"),

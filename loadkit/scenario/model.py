@@ -169,6 +169,8 @@ class Stability:
     within: float  # a fraction: 0.05 for 5%
     windows: int = 3
     max_s: float = 60.0
+    # a step that never settles fails the run (as perf_analyzer fails it) unless this is set
+    allow_unstable: bool = False
 
 
 @dataclass(frozen=True)

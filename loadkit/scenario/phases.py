@@ -144,7 +144,7 @@ def _load(ck: Checker, raw: Any, path: KeyPath
 
 def _stable(ck: Checker, raw: Any, path: KeyPath, seconds: float | None) -> Stability | None:
     """`until_stable: {within: 5%, windows: 3, max: 60s}` (perf_analyzer's stability)."""
-    m = ck.mapping(raw, path, ("within", "windows", "max"), ("within",))
+    m = ck.mapping(raw, path, ("within", "windows", "max", "allow_unstable"), ("within",))
     if m is None or "within" not in m:
         return None
     within = _fraction(ck, m["within"], (*path, "within"))
@@ -158,7 +158,11 @@ def _stable(ck: Checker, raw: Any, path: KeyPath, seconds: float | None) -> Stab
         if within == 0:
             ck.add((*path, "within"), "expected a bound above 0 such as 5%; found 0")
         return None
-    return Stability(within, windows, max_s)
+    allow = m.get("allow_unstable", False)
+    if not isinstance(allow, bool):
+        ck.add((*path, "allow_unstable"), f"expected true or false; found {found(allow)}")
+        allow = False
+    return Stability(within, windows, max_s, allow)
 
 
 def parse_rate_ramp(spec: Any) -> tuple[tuple[float, ...] | None, str | None]:

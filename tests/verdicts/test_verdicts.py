@@ -251,16 +251,25 @@ phases:
 
 def test_until_stable_extends_a_step_until_its_windows_agree(triton, tmp_path: Path) -> None:
     """A device-bound model at concurrency 1 agrees with itself within 50% after three 1 s
-    windows; within 0.01% it never does, and the step says so at its maximum. Either way the
-    whole window is reported, every request accounted for."""
+    windows; within 0.01% it never does, and the step says so at its maximum: `not stable` in
+    summary.md, steps.csv and report.html, and the run fails (as perf_analyzer fails such a
+    step) unless allow_unstable. Either way the whole window is reported, every request
+    accounted for."""
     runs = {}
     for name, within, most in (("loose", "50%", "12s"), ("tight", "0.01%", "4s")):
         out = tmp_path / name
         proc = loadkit("run", str(write(tmp_path / f"{name}.yaml", STABLE.format(
             within=within, max=most))), "--target", triton.grpc_address, "--out", str(out),
             "--quiet")
-        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.returncode == (0 if name == "loose" else 1), proc.stderr[-2000:]
         (runs[name],) = results(out)["phases"][0]["steps"]
+    tight_out = tmp_path / "tight"
+    data = results(tight_out)
+    assert data["status"] == "failed" and "not stable within 4 s" in data["reason"], data
+    assert "allow_unstable: true" in data["reason"]
+    assert "| 1 (not stable) |" in (tight_out / "summary.md").read_text()
+    assert ",not stable\n" in (tight_out / "steps.csv").read_text()
+    assert "<td class=l>not stable</td>" in (tight_out / "report.html").read_text()
     loose, tight = runs["loose"]["stability"], runs["tight"]["stability"]
     assert loose["stable"] and 3 <= len(loose["window_values"]) < 12, loose
     assert loose["measured_s"] < 11 and "agreed within 50%" in loose["reason"]
@@ -269,6 +278,18 @@ def test_until_stable_extends_a_step_until_its_windows_agree(triton, tmp_path: P
     for step in runs.values():
         assert step["accounting"]["status"] == "ok", step["accounting"]
         assert step["duration_s"] >= 3
+
+
+@pytest.mark.fast
+def test_an_unstable_step_fails_the_run_unless_allowed() -> None:
+    from loadkit.run.accounting import run_failures
+
+    step = {"phase": "x", "index": 0, "requests": 10, "client": {}, "accounting": {},
+            "stability": {"stable": False, "reason": "not stable within 6 s"}}
+    found = run_failures({"phases": [{"name": "x", "status": "ok", "steps": [step]}]})
+    assert any("not stable within 6 s" in r for r in found), found
+    step["stability"]["allow_unstable"] = True
+    assert run_failures({"phases": [{"name": "x", "status": "ok", "steps": [step]}]}) == []
 
 
 @pytest.mark.fast
