@@ -68,11 +68,13 @@ def decode(text: str) -> HdrHistogram:
     return HdrHistogram.decode(text.encode("ascii"))
 
 
-def latency_summary(h: HdrHistogram) -> dict[str, float]:
-    """p50..p999, max and mean in microseconds; zeros when nothing was recorded."""
+def latency_summary(h: HdrHistogram) -> dict[str, float | None]:
+    """p50..p999, max and mean in microseconds; None (null in results.json, `-` in every
+    table) when nothing was recorded: an empty histogram has no percentile, not 0 µs."""
     if h.get_total_count() == 0:
-        return {**{k: 0.0 for k in PERCENTILES}, "max": 0.0, "mean": 0.0}
-    out: dict[str, float] = {k: float(h.get_value_at_percentile(q)) for k, q in PERCENTILES.items()}
+        return {**{k: None for k in PERCENTILES}, "max": None, "mean": None}
+    out: dict[str, float | None] = {k: float(h.get_value_at_percentile(q))
+                                    for k, q in PERCENTILES.items()}
     out["max"] = float(h.get_max_value())
     out["mean"] = round(float(h.get_mean_value()), 1)
     return out

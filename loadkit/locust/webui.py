@@ -92,7 +92,7 @@ def _config(overlay: dict[str, Any]) -> str:
 
 
 def _latency(lat: dict[str, float]) -> dict[str, str]:
-    return {k: ms(lat.get(k, 0.0)) for k, _ in LATENCY_COLUMNS}
+    return {k: ms(lat.get(k)) for k, _ in LATENCY_COLUMNS}
 
 
 def _streaming(st: dict[str, Any] | None) -> dict[str, str]:

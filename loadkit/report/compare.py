@@ -261,10 +261,11 @@ def build(
     best_p = None
     if common:
         heavy = common[-1]
-        label, p = min(
-            ((e.label, e.at(heavy)) for e in measured), key=lambda lp: lp[1].latency_us["p99"]
-        )
-        best_p = (label, heavy, p.latency_us["p99"])
+        tails = [(e.label, p) for e in measured
+                 if (p := e.at(heavy)) is not None and p.latency_us.get("p99") is not None]
+        if tails:
+            label, p = min(tails, key=lambda lp: lp[1].latency_us["p99"])
+            best_p = (label, heavy, p.latency_us["p99"])
     names = [r[1].get("scenario_name", "") for r in runs]
     return Comparison(
         title=title or " vs ".join(dict.fromkeys(names)),

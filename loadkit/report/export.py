@@ -62,4 +62,4 @@ def _row(phase: str, step: dict[str, Any], name: str, client: dict[str, Any],
 
 
 def _us(value: float | None) -> int | str:
-    return "" if value is None else round(value)
+    return "-" if value is None else round(value)

@@ -64,14 +64,14 @@ def _comparison(cmp: Comparison) -> list[str]:
             f"<tr><td>{escape(r.load)}</td><td class=l>{escape(r.entry)}{partial}"
             f"{' (all templates)' if p.templates else ''}</td>"
             f"<td>{p.infer_s:.1f}</td>{_delta(r, 'throughput')}"
-            + "".join(f"<td>{ms(lat.get(k, 0.0))}</td>" for k, _ in LATENCY_COLUMNS)
+            + "".join(f"<td>{ms(lat.get(k))}</td>" for k, _ in LATENCY_COLUMNS)
             + f"{_delta(r, 'p99')}<td>{p.errors}</td><td class=l>{server}</td></tr>"
         )
         for name, model, rate, lat_t, errors in p.templates:
             out.append(
                 f"<tr class=sub><td></td><td class=l>↳ {escape(name)} ({escape(model)})</td>"
                 f"<td>{rate:.1f}</td>{_delta(r, 'throughput', name)}"
-                + "".join(f"<td>{ms(lat_t.get(k, 0.0))}</td>" for k, _ in LATENCY_COLUMNS)
+                + "".join(f"<td>{ms(lat_t.get(k))}</td>" for k, _ in LATENCY_COLUMNS)
                 + f"{_delta(r, 'p99', name)}<td>{errors}</td><td></td></tr>")
     out.append("</table><ul>")
     out += [

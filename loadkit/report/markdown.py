@@ -38,7 +38,10 @@ def noise_note(results: dict[str, Any]) -> list[str]:
                 continue
             where = f"{p['name']} at {load_label(s['load'])}"
             for metric, values in (("throughput", [r["throughput"] for r in rounds]),
-                                   ("p99", [r["latency_us"]["p99"] for r in rounds])):
+                                   ("p99", [r["latency_us"]["p99"] for r in rounds
+                                            if r["latency_us"].get("p99") is not None])):
+                if len(values) < 2:
+                    continue
                 mean = statistics.mean(values)
                 if mean > 0:
                     spreads[metric].append((statistics.stdev(values) / mean * 100, where))
@@ -108,8 +111,8 @@ def _step_rows(s: dict[str, Any], scenario: dict[str, Any]) -> list[str]:
         rate = infer_per_s(c, t, s.get("duration_s") or 0)
         lat_t = c["latency_us"]
         out.append(f"| {label} {name} | {rate:.1f} | "
-                   + " | ".join(ms(lat_t.get(k, 0.0)) for k, _ in LATENCY_COLUMNS)
-                   + f" | {ms(lat_t.get('max', 0.0))} | {c.get('errors', 0)} | "
+                   + " | ".join(ms(lat_t.get(k)) for k, _ in LATENCY_COLUMNS)
+                   + f" | {ms(lat_t.get('max'))} | {c.get('errors', 0)} | "
                      f"{t.get('model', '')} |")
     return out
 
@@ -375,7 +378,7 @@ def _streaming_comparison(cmp: Comparison) -> list[str]:
 
 def latency_cells(lat: dict[str, float]) -> str:
     """The latency columns every table shows, in ms."""
-    return " | ".join(ms(lat.get(k, 0.0)) for k, _ in LATENCY_COLUMNS)
+    return " | ".join(ms(lat.get(k)) for k, _ in LATENCY_COLUMNS)
 
 
 def _template_rows(cmp: Comparison) -> list[str]:

@@ -35,12 +35,15 @@ def _png(fig: Figure) -> bytes:
 
 def _lines(cmp: Comparison, x: Any, y: Any, xlabel: str, ylabel: str, title: str,
            labelled: bool = False) -> bytes:
-    """One line per measured phase, points in load order; axes from 0 (a ratio is read off
-    them); `labelled`: each point says its load (where x is not the load)."""
+    """One line per measured phase, points in load order (a point with nothing measured, y
+    None, is left out); axes from 0 (a ratio is read off them); `labelled`: each point says
+    its load (where x is not the load)."""
     fig, ax = plt.subplots(figsize=(7, 4.2), layout="constrained")
     for e in cmp.measured:
         pts = sorted(e.points, key=lambda p: p.load_key)
-        xs, ys = [x(i, p) for i, p in enumerate(pts)], [y(p) for p in pts]
+        keep = [(i, p) for i, p in enumerate(pts) if y(p) is not None]
+        pts = [p for _, p in keep]
+        xs, ys = [x(i, p) for i, p in keep], [y(p) for p in pts]
         line = ax.plot(xs, ys, marker="o", label=e.label)[0]
         if labelled:
             for px, py, p in zip(xs, ys, pts, strict=True):
@@ -71,7 +74,7 @@ def p99_vs_throughput(cmp: Comparison) -> bytes:
     return _lines(
         cmp,
         lambda _, p: p.infer_s,
-        lambda p: p.latency_us["p99"] / 1000,
+        lambda p: None if p.latency_us.get("p99") is None else p.latency_us["p99"] / 1000,
         "throughput (infer/s)",
         "p99 latency (ms)",
         "p99 latency vs throughput (the knee; each point's load beside it)",
@@ -107,7 +110,9 @@ def streaming_vs_load(cmp: Comparison) -> bytes:
     """Streaming phases: p99 time to first response and output tokens/s against load."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4.2), layout="constrained")
     for e in cmp.measured:
-        pts = sorted((p for p in e.points if p.streaming), key=lambda p: p.load_key)
+        pts = sorted((p for p in e.points if p.streaming
+                      and p.streaming["first_response_us"].get("p99") is not None),
+                     key=lambda p: p.load_key)
         xs = [p.load_key[0] if p.load_key else i for i, p in enumerate(pts)]
         left.plot(xs, [p.streaming["first_response_us"]["p99"] / 1000 for p in pts],
                   marker="o", label=e.label)
@@ -149,7 +154,8 @@ def capacity_search(cap: dict[str, Any]) -> bytes:
         pts = phase["points"]
         per = phase.get("rate_at_speed_1", 1.0)  # a replay's probes are speeds
         for passed, marker in ((True, "o"), (False, "x")):
-            sel = [q for q in pts if q["passed"] is passed and q["latency_us"]]
+            sel = [q for q in pts if q["passed"] is passed
+                   and (q["latency_us"] or {}).get("p99") is not None]
             ax.scatter([q["rate"] * per for q in sel],
                        [q["latency_us"]["p99"] / 1000 for q in sel],
                        marker=marker, color=color,

@@ -18,8 +18,11 @@ def step_state(step: dict[str, Any]) -> str:
     return "not stable" if st and not st.get("stable") else "ok"
 
 
-def ms(us: float) -> str:
-    """Microseconds as milliseconds with enough decimals to mean something."""
+def ms(us: float | None) -> str:
+    """Microseconds as milliseconds with enough decimals to mean something; `-` for a figure
+    nothing measured (an empty histogram's)."""
+    if us is None:
+        return "-"
     v = us / 1000.0
     if v >= 100:
         return f"{v:.1f}"
