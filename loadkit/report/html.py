@@ -12,6 +12,8 @@ from loadkit.report import streaming
 from loadkit.report import tune as tune_report
 from loadkit.report.compare import Comparison, Row, highlights, load_label
 from loadkit.report.markdown import mixed_note, undecided_note, verdict_note, warnings
+from loadkit.report.plots import missing
+from loadkit.report.timeline import rows as timeline_rows
 from loadkit.report.units import LATENCY_COLUMNS, ms, step_state
 from loadkit.stats import text as change_text
 
@@ -215,11 +217,19 @@ def render_html(
             out += _capacity(results["capacity"])
         if results.get("tune"):
             out += tune_report.html(results["tune"])
-    if plots:
+    gone = missing(cmp)
+    if plots or gone:
         out.append("<h2>Plots</h2>")
         for name, png in plots.items():
             data = base64.b64encode(png).decode("ascii")
             out.append(f'<img alt="{escape(name)}" src="data:image/png;base64,{data}">')
+        out += [f"<p class=muted>{escape(name)} is not drawn: {escape(why)}.</p>"
+                for name, why in gone.items()]
+    if len(runs) == 1:  # the data timeline.png is drawn from, for a reader or a test to read
+        rows = [{k: r.get(k) for k in ("at", "phase", "step", "round", "infer_s", "length_s")}
+                for r in timeline_rows(runs[0][1])]
+        out.append('<script type="application/json" id="loadkit-timeline">'
+                   + json.dumps(rows).replace("</", "<\\/") + "</script>")
     out.append("<h2>Steps</h2>")
     for label, results in runs:
         out += _steps(results, f"{label}/" if label else "")

@@ -135,11 +135,27 @@ PLOTS = {
 }
 
 
+def missing(cmp: Comparison) -> dict[str, str]:
+    """{plot: why it is not drawn} for the plots that would have no data (a plot with nothing
+    on it reads as if it measured nothing)."""
+    out = {}
+    if cmp.measured and not any(e.heaviest is not None and e.heaviest.histogram is not None
+                                for e in cmp.measured):
+        out["latency_spectrum.png"] = ("no HDR histograms to draw it from (histograms.json "
+                                       "missing or empty in the report folder)")
+    if cmp.measured and not any(p.latency_us.get("p99") is not None
+                                for e in cmp.measured for p in e.points):
+        out["p99_vs_throughput.png"] = "no step measured a latency"
+    return out
+
+
 def render_plots(cmp: Comparison) -> dict[str, bytes]:
-    """{file name: PNG bytes}; empty when nothing was measured."""
+    """{file name: PNG bytes}; empty when nothing was measured; a plot without data is left
+    out (`missing` says why)."""
     if not cmp.measured:
         return {}
-    out = {name: fn(cmp) for name, fn in PLOTS.items()}
+    gone = missing(cmp)
+    out = {name: fn(cmp) for name, fn in PLOTS.items() if name not in gone}
     if any(p.streaming for e in cmp.measured for p in e.points):
         out["streaming_vs_load.png"] = streaming_vs_load(cmp)
     return out

@@ -28,10 +28,13 @@ def marks(results: dict[str, Any]) -> tuple[list[tuple[float, str]], list[tuple[
     for p in results["phases"]:
         for s in p["steps"]:
             label = load_label(s["load"])
-            steps.append((at(s["started_at"]), f"c={label}" if "concurrency" in s["load"]
-                          else label))
-        if p["steps"]:
-            phases.append((at(p["steps"][0]["started_at"]), p["name"]))
+            for r in s.get("rounds") or [{"started_at": s["started_at"], "round": 1}]:
+                steps.append((at(r["started_at"]), f"c={label}" if "concurrency" in s["load"]
+                              else label))
+        if p["steps"]:  # each round of the phase begins with its first step's round
+            firsts = p["steps"][0].get("rounds") or [{"started_at": p["steps"][0][
+                "started_at"]}]
+            phases += [(at(r["started_at"]), p["name"]) for r in firsts]
     swaps = [(at(e["at"]), e["model"]) for e in results.get("events", [])
              if e["event"] == "config_applied"]
     return phases, steps, swaps
@@ -70,9 +73,12 @@ def _mid(row: dict[str, Any]) -> float:
 
 
 def _segments(timeline: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """The timeline cut where the step or its round changes: one line each, so a reload or
+    another phase's round between them is a gap, never a line drawn across it."""
     out: list[list[dict[str, Any]]] = []
     for r in timeline:
-        if not out or (out[-1][0]["phase"], out[-1][0]["step"]) != (r["phase"], r["step"]):
+        key = (r["phase"], r["step"], r.get("round"))
+        if not out or (out[-1][0]["phase"], out[-1][0]["step"], out[-1][0].get("round")) != key:
             out.append([])
         out[-1].append(r)
     return out
@@ -110,20 +116,27 @@ def plot(results: dict[str, Any]) -> bytes | None:
                                         gridspec_kw={"height_ratios": [3, 1.2, 1.6]})
     at = [r["at"] for r in timeline]
     p99 = top.twinx()
-    for seg in _segments(timeline):  # one line per step: warm-ups are not measured
+    colour = {p["name"]: f"C{i % 10}" for i, p in enumerate(results["phases"])}
+    named: set[str] = set()
+    for seg in _segments(timeline):  # one line per step and round: warm-ups are not measured
         whole = [r for r in seg if r.get("length_s", 1.0) >= 0.5]  # not a sliver of a second
         dot = "." if len(whole) < 3 else None  # a step of a second or two: still seen
-        top.plot([_mid(r) for r in whole], [r["infer_s"] for r in whole], color="C0", lw=1,
-                 marker=dot)
-        pts = [(_mid(r), r["p99_us"] / 1000) for r in whole if "p99_us" in r]
-        p99.plot([a for a, _ in pts], [v for _, v in pts], color="C3", lw=1, marker=dot)
-    top.set_ylabel("infer/s", color="C0")
+        phase = seg[0]["phase"]
+        top.plot([_mid(r) for r in whole], [r["infer_s"] for r in whole], color=colour[phase],
+                 lw=1.2, marker=dot, label=None if phase in named else phase)
+        named.add(phase)
+        pts = [(_mid(r), r["p99_us"] / 1000) for r in whole if r.get("p99_us") is not None]
+        p99.plot([a for a, _ in pts], [v for _, v in pts], color=colour[phase], lw=0.8,
+                 ls="--", marker=dot)
+    top.set_ylabel("infer/s (solid, one colour per phase)")
+    if len(named) > 1:
+        top.legend(fontsize="x-small", loc="upper right")
     top.set_ylim(bottom=0)
-    p99.set_ylabel("p99 (ms)", color="C3")
+    p99.set_ylabel("p99 (ms, dashed)")
     tails = [r["p99_us"] for r in timeline if r.get("p99_us")]
     if tails and max(tails) > 20 * min(tails):  # a stall among normal seconds: both readable
         p99.set_yscale("log")
-        p99.set_ylabel("p99 (ms, log)", color="C3")
+        p99.set_ylabel("p99 (ms, dashed, log)")
     else:
         p99.set_ylim(bottom=0)
     _draw_marks(results, top, mid, low)

@@ -386,6 +386,7 @@ class Conductor:
             started_at=pool.started_at, duration_s=pool.duration_s,
             status="ok" if statuses == {"ok"} else "partial", server_rows=pool.server_rows))
         pooled.rounds = list(pool.rounds)
+        pooled.timeline = list(pool.timeline)
         pooled_intervals(pooled, confidence, self.ROUNDS)
         return pooled
 

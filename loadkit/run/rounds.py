@@ -55,6 +55,10 @@ class Pool:
     started_at: str = ""
     unread: bool = False  # some round's server statistics could not be read
     _offset: int = 0  # where the next round's seconds go in the merged window
+    _starts: list[int] = field(default_factory=list)  # where each round's seconds begin
+    # each round's own timeline rows, `t` moved to where its seconds go in the pool: a
+    # round's last, partial second keeps its own length (the pool's would read it as whole)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, got: Collected, before: Snapshot | None, after: Snapshot | None,
             duration_s: float, server_rows: dict[int, dict[str, Any]], started_at: str) -> None:
@@ -62,6 +66,7 @@ class Pool:
         self.started_at = self.started_at or started_at
         wire = got.window.to_wire()
         seconds = {int(i): s for i, s in wire["seconds"].items()}
+        self._starts.append(self._offset)
         wire["seconds"] = {str(i + self._offset): s for i, s in seconds.items()}
         if self.window is None:
             self.window = StepWindow(self.step)
@@ -104,7 +109,12 @@ class Pool:
     def keep(self, result: StepResult) -> None:
         """A round's own numbers, for its intervals and the verdicts."""
         r = result.to_json()
+        start = self._starts[len(self.rounds)]
+        self.timeline += [{**row, "t": row["t"] + start} for row in result.timeline]
         entry = {"round": len(self.rounds) + 1, "order": self.order,
+                 # where this round's seconds begin in the pooled step's timeline (`t`): the
+                 # report draws each round at its own time (run/timeline.py run_timeline)
+                 "timeline_from_s": start,
                  **{k: r[k] for k in ROUND_KEYS},
                  "accounting": r["accounting"]["status"]}
         if len(r["client"]) > 1:  # each template's own, for its own comparisons

@@ -137,13 +137,27 @@ def step_rows(client: list[dict[str, Any]], server: dict[int, dict[str, Any]]
 
 
 def run_timeline(started_at: str, phases: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every measured second of the run, in order, `at` in seconds since the run started."""
+    """Every measured second of the run, in time order, `at` in seconds since the run started.
+    A step pooled from rounds lays its rounds' seconds end to end (`t`); each second goes back
+    to its own round's time here (`round` says which), so the rounds interleave as they ran."""
     t0 = datetime.fromisoformat(started_at)
+
+    def since(stamp: str) -> float:
+        return (datetime.fromisoformat(stamp) - t0).total_seconds()
+
     out = []
     for p in phases:
         for s in p["steps"]:
-            start = (datetime.fromisoformat(s["started_at"]) - t0).total_seconds()
+            rounds = [r for r in s.get("rounds") or [] if "timeline_from_s" in r]
             for row in s.get("timeline", []):
-                out.append({"at": round(start + row["t"], 3), "phase": p["name"],
-                            "step": s["index"], **row})
+                r = next((r for r in reversed(rounds) if r["timeline_from_s"] <= row["t"]),
+                         None)
+                if r is None:
+                    at, extra = since(s["started_at"]) + row["t"], {}
+                else:
+                    at = since(r["started_at"]) + row["t"] - r["timeline_from_s"]
+                    extra = {"round": r["round"]}
+                out.append({"at": round(at, 3), "phase": p["name"], "step": s["index"],
+                            **extra, **row})
+    out.sort(key=lambda row: row["at"])
     return out
