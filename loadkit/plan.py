@@ -17,6 +17,7 @@ from loadkit.scenario import (
     Scenario,
     Stability,
     Thresholds,
+    mixed_shapes,
 )
 
 
@@ -268,6 +269,13 @@ def replay_step(i: int, phase: str, j: int, load: ReplayLoad, speed: float,
                          replayed))
 
 
+def _split(spec: Any, n: int) -> list[tuple[tuple[int, ...], int]]:
+    """How many of a pool of n requests carry each of an input's shapes: what is sent, where
+    the weights only ask (7 requests at 1:1:1 are 3, 2, 2)."""
+    mixed = mixed_shapes(spec, n)
+    return [(shape, mixed.count(shape)) for shape, _ in spec.shapes]
+
+
 def _describe_template(t: RequestTemplate) -> str:
     """'prompts: 200 distinct requests from prompts.jsonl, in random order'."""
     if t.dataset is not None:
@@ -284,6 +292,8 @@ def _describe_template(t: RequestTemplate) -> str:
     else:
         n, where = t.pool, "generated (seeded)"
     shapes = [f"{s.name} shapes " + ", ".join(
-        f"{list(shape)} x{w:g}" for shape, w in s.shapes) for s in t.inputs if s.shapes]
+        f"{list(shape)} x{w:g}" for shape, w in s.shapes) + " (the pool of "
+        f"{n}: " + ", ".join(f"{list(shape)} {sent}" for shape, sent in _split(s, n)) + ")"
+        for s in t.inputs if s.shapes]
     extra = f"; {'; '.join(shapes)}" if shapes else ""
     return f"{t.name}: {n} distinct requests {where}, in {t.order} order{extra}"

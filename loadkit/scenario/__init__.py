@@ -57,12 +57,13 @@ from loadkit.scenario.model import (
     Thresholds,
     TLSSpec,
     TuneSpec,
+    mixed_shapes,
 )
 from loadkit.scenario.parse import load_scenario
 from loadkit.scenario.phases import parse_ramp, parse_rate_ramp
 
 __all__ = [
-    "ARRIVALS", "AT_LEAST_METRICS", "DURATION_METRICS", "STREAM_METRICS", "Goodput",
+    "mixed_shapes", "ARRIVALS", "AT_LEAST_METRICS", "DURATION_METRICS", "STREAM_METRICS", "Goodput",
     "DATA_KINDS", "DTYPES", "LATENCY_METRICS", "MAX_CONCURRENCY", "MAX_RATE",
     "THRESHOLD_METRICS", "TRANSPORTS", "ConcurrencyLoad", "InputSpec", "ModelInfo", "PhaseSpec",
     "RateLoad", "ReplayLoad", "RequestTemplate", "Requirements", "Scenario", "SequenceSpec",

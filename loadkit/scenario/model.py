@@ -410,3 +410,22 @@ def _redact(value: Any, secrets: tuple[str, ...]) -> Any:
     if isinstance(value, str) and any(s and s in value for s in secrets):
         return "***"
     return value
+
+
+def mixed_shapes(spec: InputSpec, n: int) -> list[tuple[int, ...]]:
+    """n shapes in the weights' proportions (largest remainder), interleaved, so that any
+    run of the pool is close to the mix."""
+    total = sum(w for _, w in spec.shapes)
+    counts = [int(n * w / total) for _, w in spec.shapes]
+    order = sorted(range(len(counts)), key=lambda i: -(n * spec.shapes[i][1] / total - counts[i]))
+    for i in order[: n - sum(counts)]:
+        counts[i] += 1
+    # interleave: entry k takes the shape whose share so far lags its weight the most
+    out: list[tuple[int, ...]] = []
+    given = [0] * len(counts)
+    for k in range(n):
+        i = max(range(len(counts)), key=lambda j: counts[j] * (k + 1) / n - given[j]
+                if given[j] < counts[j] else -1e18)
+        given[i] += 1
+        out.append(spec.shapes[i][0])
+    return out

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 from tritonclient.grpc import service_pb2
 
-from loadkit.scenario import DTYPES, InputSpec, RequestTemplate
+from loadkit.scenario import DTYPES, InputSpec, RequestTemplate, mixed_shapes
 
 ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz     ", dtype=np.uint8)
 
@@ -96,25 +96,6 @@ def _serialize(template: RequestTemplate, tensors: list[tuple[InputSpec, np.ndar
     for name in template.outputs:
         req.outputs.add().name = name
     return req.SerializeToString()
-
-
-def mixed_shapes(spec: InputSpec, n: int) -> list[tuple[int, ...]]:
-    """n shapes in the weights' proportions (largest remainder), interleaved, so that any
-    run of the pool is close to the mix."""
-    total = sum(w for _, w in spec.shapes)
-    counts = [int(n * w / total) for _, w in spec.shapes]
-    order = sorted(range(len(counts)), key=lambda i: -(n * spec.shapes[i][1] / total - counts[i]))
-    for i in order[: n - sum(counts)]:
-        counts[i] += 1
-    # interleave: entry k takes the shape whose share so far lags its weight the most
-    out: list[tuple[int, ...]] = []
-    given = [0] * len(counts)
-    for k in range(n):
-        i = max(range(len(counts)), key=lambda j: counts[j] * (k + 1) / n - given[j]
-                if given[j] < counts[j] else -1e18)
-        given[i] += 1
-        out.append(spec.shapes[i][0])
-    return out
 
 
 def _generated(template: RequestTemplate) -> Iterator[bytes]:

@@ -14,6 +14,7 @@ from conftest import ROOT, loadkit, results, write
 from tritonclient.grpc import service_pb2
 from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
+from loadkit.plan import build_plan
 from loadkit.scenario import load_scenario
 from loadkit.transport.payloads import prepare_pool, tensor_bytes
 
@@ -104,6 +105,20 @@ phases: [{name: p, load: {concurrency: 1, step_duration: 1s}}]
     assert {d: dims.count(d) for d in set(dims)} == {16: 50, 64: 30, 256: 20}
     assert dims[:10].count(16) in (4, 5, 6)  # interleaved, not 50 x 16 first
     assert len({r.raw_input_contents[0] for r in pool}) == 100  # every request distinct
+    # the plan says what the pool sends, not only the weights: 7 at 1:1:1 are 3, 2, 2
+    seven = load_scenario(write(tmp_path / "s7.yaml", """
+requests:
+  a:
+    model: dense
+    pool: 7
+    inputs:
+      INPUT0:
+        dtype: FP32
+        shapes: [{shape: [3], weight: 1}, {shape: [5], weight: 1}, {shape: [7], weight: 1}]
+phases: [{name: p, load: {concurrency: 1, step_duration: 1s}}]
+"""))
+    said = build_plan(seven).describe()
+    assert "[3] x1, [5] x1, [7] x1 (the pool of 7: [3] 3, [5] 2, [7] 2)" in said, said
 
 
 # ---- against the real Triton -----------------------------------------------------------------
