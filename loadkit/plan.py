@@ -207,10 +207,13 @@ class Plan:
                 needs = ["a GPU"] if p.requires.gpu else []
                 needs += [f.name for f in p.requires.files]
                 cfg += f"; needs {', '.join(needs)}"
-            if varied or len(p.mix) > 1:
+            replay = first.arrivals.replay if first.arrivals else None
+            if replay is not None:  # the file decides each arrival's template
+                cfg += "; the file sends " + _trace_split(replay)
+            if (varied or len(p.mix) > 1) and (replay is None or "" in replay.templates):
                 total = sum(p.mix.values())
-                cfg += "; mix " + ", ".join(f"{n} {w / total:.0%}" for n, w in p.mix.items()
-                                            if w > 0)
+                cfg += ("; mix " if replay is None else "; mix of its arrivals of no model ") \
+                    + ", ".join(f"{n} {w / total:.0%}" for n, w in p.mix.items() if w > 0)
             lines.append(
                 f"  {p.index + 1}. {p.name}: {levels}; each step "
                 f"{first.warmup_s:g} s warm-up + {first.duration_s:g} s measured{cfg}"
@@ -267,6 +270,18 @@ def replay_step(i: int, phase: str, j: int, load: ReplayLoad, speed: float,
     return Step(i, phase, j, 1, load.warmup_s, load.duration_s(speed),
                 Arrivals(rate, "replay", j, load.max_concurrency, load.late_tolerance_s,
                          replayed))
+
+
+def _trace_split(r: Replayed) -> str:
+    """A replay's arrivals per template, as the file sends them ('the mix' for arrivals the
+    file names no model for)."""
+    counts: dict[str, int] = {}
+    for m in r.model_of.tolist():
+        name = r.templates[m] or "the mix"
+        counts[name] = counts.get(name, 0) + 1
+    total = sum(counts.values()) or 1
+    return ", ".join(f"{n} {c / total:.0%} ({c})" for n, c in sorted(
+        counts.items(), key=lambda kv: -kv[1]))
 
 
 def _split(spec: Any, n: int) -> list[tuple[tuple[int, ...], int]]:

@@ -133,3 +133,30 @@ phases:
     asked = [json.loads(e["sampling_parameters"][0])["max_tokens"]
              for e in chat.dataset.entries]
     assert asked == [4, 2, 3, 5] and chat.llm.input_tokens_mean == (600 + 520 + 30 + 40) / 4
+
+
+@pytest.mark.fast
+def test_a_replay_plan_states_the_split_the_trace_sends(tmp_path: Path) -> None:
+    """Three arrivals of as4 to one of ib1: the plan says 75/25 as the file sends them, not
+    the mix's weights (which only pick for arrivals of no model)."""
+    from loadkit.plan import build_plan
+    from loadkit.scenario import load_scenario
+
+    entries = []
+    for i in range(40):
+        entries += _trace(i + 1, "dense" if i % 4 else "add_sub", 10**12 + i * 10**7)
+    write(tmp_path / "t.json", json.dumps(entries))
+    scen = load_scenario(write(tmp_path / "s.yaml", """
+requests:
+  as4: {model: dense, inputs: {INPUT0: {dtype: FP32, shape: [256]}}}
+  ib1:
+    model: add_sub
+    inputs: {INPUT0: {dtype: FP32, shape: [4]}, INPUT1: {dtype: FP32, shape: [4]}}
+mix: {as4: 1, ib1: 1}
+phases:
+  - name: r
+    load: {replay: t.json}
+"""))
+    said = build_plan(scen).describe()
+    assert "the file sends as4 75% (30), ib1 25% (10)" in said, said
+    assert "mix as4 50%" not in said
