@@ -8,6 +8,7 @@ encoded HDR histograms), so `loadkit report` regenerates exactly what the run wr
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -254,7 +255,9 @@ def build(
             rows.append(Row(ld, e.label, p, {c["metric"]: c for c in found
                                              if "template" not in c}, per))
     best_t = None
-    peaks = [(e.label, e.peak) for e in measured if e.peak is not None]
+    # the highest throughput at a load every measured phase has: a higher load's number is
+    # not a better config's
+    peaks = [(e.label, p) for e in measured for ld in common if (p := e.at(ld)) is not None]
     if peaks:
         label, point = max(peaks, key=lambda lp: lp[1].infer_s)
         best_t = (label, point)
@@ -294,17 +297,40 @@ def differences(runs: list[tuple[str, dict[str, Any], dict[str, Any]]]) -> list[
             out.append(f"{label} ran against {_target(other)}, {ref_label} against "
                        f"{_target(ref)}: a difference may be the server's, not the config's")
         mine = {p["name"]: p for p in ref["phases"]}
+        shared = [p["name"] for p in other["phases"] if p["name"] in mine and
+                  {json.dumps(s["load"], sort_keys=True) for s in p["steps"]} &
+                  {json.dumps(s["load"], sort_keys=True) for s in mine[p["name"]]["steps"]}]
+        if not shared:
+            out.append(f"{label} and {ref_label} share no phase measured at the same load: each "
+                       f"phase is compared with {ref_label}'s first, whatever its config")
         for p in other["phases"]:
             q = mine.get(p["name"])
             if q is None:
                 continue
             if p.get("config") != q.get("config"):
+                fields = config_fields(q.get("config") or {}, p.get("config") or {})
                 out.append(f"phase {p['name']}: the models' configs differ between {ref_label} "
-                           f"and {label}")
+                           f"and {label}: " + "; ".join(fields[:6])
+                           + (f"; and {len(fields) - 6} more" if len(fields) > 6 else ""))
             if [s["load"] for s in p["steps"]] != [s["load"] for s in q["steps"]]:
                 out.append(f"phase {p['name']}: the loads measured differ between {ref_label} "
                            f"and {label}")
     return out
+
+
+def config_fields(a: Any, b: Any, path: str = "") -> list[str]:
+    """The fields two configs differ in, as 'dense.dynamic_batching.max_queue_delay_
+    microseconds: 100 -> 500' (absent: '-')."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out = []
+        for k in sorted({*a, *b}, key=str):
+            out += config_fields(a.get(k), b.get(k), f"{path}.{k}" if path else str(k))
+        return out
+    if a == b:
+        return []
+    def shown(v: Any) -> str:
+        return "-" if v is None else json.dumps(v) if not isinstance(v, str) else v
+    return [f"{path}: {shown(a)} -> {shown(b)}"]
 
 
 def _target(results: dict[str, Any]) -> str:

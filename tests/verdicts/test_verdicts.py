@@ -219,10 +219,14 @@ def test_compare_warns_when_targets_configs_or_loads_differ() -> None:
     a = run("127.0.0.1:8001", True, {"dense": {"max_batch_size": 8}}, [4, 8])
     b = run("127.0.0.1:9001", False, {"dense": {"max_batch_size": 16}}, [4])
     found = differences([("A", a, {}), ("B", b, {})])
-    assert len(found) == 3, found
+    assert len(found) == 3, found  # B shares phase base at concurrency 4
     assert "B ran against 127.0.0.1:9001, A against the embedded Triton" in found[0]
     assert "configs differ" in found[1] and "loads measured differ" in found[2]
+    assert found[1].endswith("configs differ between A and B: dense.max_batch_size: 8 -> 16")
     assert differences([("A", a, {}), ("B", a, {})]) == []
+    c = run("127.0.0.1:8001", True, {"dense": {"max_batch_size": 8}}, [16])
+    said = differences([("A", a, {}), ("C", c, {})])
+    assert any("C and A share no phase measured at the same load" in w for w in said), said
 
 
 @pytest.mark.fast
