@@ -56,12 +56,14 @@ class Replayed:
     # mooncake: each arrival's line of the file, the entry of its template's pool it sends
     entry_of: Any = field(default=None, repr=False, compare=False)
     times: int = 0  # a looped replay: the file this many times whole (0: while the step lasts)
+    notes: tuple[str, ...] = ()  # what the file holds that a reader should know (gaps, order)
 
     def summary(self) -> dict[str, Any]:
         return {"file": self.file, "format": self.format, "speed": self.speed,
                 "in_window": int(len(self.offsets)), "records": self.in_file,
                 "window_s": round(self.period_s * self.speed, 3), "loop": self.loop,
-                **({"times": self.times} if self.times else {})}
+                **({"times": self.times} if self.times else {}),
+                **({"notes": list(self.notes)} if self.notes else {})}
 
 
 @dataclass(frozen=True)
@@ -218,6 +220,7 @@ class Plan:
                 f"  {p.index + 1}. {p.name}: {levels}; each step "
                 f"{first.warmup_s:g} s warm-up + {first.duration_s:g} s measured{cfg}"
             )
+            lines += [f"     note: {n}" for n in (replay.notes if replay is not None else ())]
         lines += [f"  requests {r}" for r in self.requests]
         return "\n".join(lines)
 
@@ -265,7 +268,8 @@ def replay_step(i: int, phase: str, j: int, load: ReplayLoad, speed: float,
     only = next(iter(mix)) if len(mix) == 1 else ""
     replayed = Replayed(traffic.file.name, traffic.format, speed, period, load.loop,
                         tuple(t or only for t in load.templates), traffic.offsets / speed,
-                        traffic.model_of, traffic.in_file, traffic.entry_of, load.times)
+                        traffic.model_of, traffic.in_file, traffic.entry_of, load.times,
+                        traffic.notes)
     rate = len(traffic.offsets) / period
     return Step(i, phase, j, 1, load.warmup_s, load.duration_s(speed),
                 Arrivals(rate, "replay", j, load.max_concurrency, load.late_tolerance_s,

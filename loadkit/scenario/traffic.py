@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from loadkit.errors import DatasetError
+from loadkit.scenario import promexport
 from loadkit.scenario.mooncake import looks_like, read_rows
 
 FORMATS = ("intervals", "triton_trace", "rate_csv", "prometheus", "profile", "mooncake")
@@ -50,6 +51,7 @@ class Traffic:
     in_file: int = 0  # records in the file's window (traces, intervals, or rate pieces)
     # mooncake: each arrival's line (0-based, of the file's requests): the request it sends
     entry_of: np.ndarray | None = field(default=None, repr=False, compare=False)
+    notes: tuple[str, ...] = ()  # what a reader should know of the file (gaps, order)
 
 
 def read_traffic(path: Path | list[Path], window: tuple[float, float] | None = None,
@@ -68,6 +70,7 @@ def read_traffic(path: Path | list[Path], window: tuple[float, float] | None = N
     else:
         fmt, parts = detect(path)
     end: float | None = None  # where the file's traffic ends, where it says so
+    notes: list[str] = []
     if fmt == "intervals":
         starts, models, n, end = _intervals(parts[0])
     elif fmt == "triton_trace":
@@ -76,7 +79,10 @@ def read_traffic(path: Path | list[Path], window: tuple[float, float] | None = N
         starts = [r.t_s for r in read_rows(parts[0])]
         models, n = [ANY] * len(starts), len(starts)
     else:
-        pieces = _rate_csv(parts[0]) if fmt == "rate_csv" else _prometheus(parts[0])
+        if fmt == "rate_csv":
+            pieces = _rate_csv(parts[0])
+        else:
+            pieces, notes = promexport.read(parts[0])
         starts, models, n = _poisson(pieces, seed)
         end = max((p[1] for p in pieces), default=None)
     if not starts:
@@ -100,7 +106,8 @@ def read_traffic(path: Path | list[Path], window: tuple[float, float] | None = N
                            f"{MAX_ARRIVALS} are held (narrow the window)")
     entries = np.array(order, dtype=np.int64)[keep] if fmt == "mooncake" else None
     return Traffic(path, fmt, hi - lo, distinct, t,
-                   np.array([index[m] for m in kept], dtype=np.int32), n, entries)
+                   np.array([index[m] for m in kept], dtype=np.int32), n, entries,
+                   tuple(notes))
 
 
 def _tail(t: np.ndarray) -> float:
@@ -117,6 +124,7 @@ def detect(path: Path) -> tuple[str, list[Path]]:
         raise DatasetError(f"file not found: {path} (nor Triton's numbered parts "
                            f"{path.name}.0, .1, ...)")
     head = parts[0].read_text(encoding="utf-8", errors="replace")[:4096].lstrip()
+    _not_traffic(parts[0], head)
     if head.startswith("["):
         return "triton_trace", parts
     if head.startswith("{"):
@@ -126,6 +134,24 @@ def detect(path: Path) -> tuple[str, list[Path]]:
     if "," in first:
         return "rate_csv", parts[:1]
     return "intervals", parts[:1]
+
+
+def _not_traffic(path: Path, head: str) -> None:
+    """A file of another kind loadkit reads, named as what it looks like (a data set given
+    where traffic is expected would otherwise read as a malformed trace)."""
+    first = head.splitlines()[0].strip() if head else ""
+    kind = ""
+    if head.startswith("{") and '"data"' in head[:200] and '"resultType"' not in head:
+        kind = ("a perf_analyzer data set (--input-data JSON), not traffic: give it as a "
+                "template's `dataset:`")
+    elif first.startswith('"') or (first.startswith("{") and any(
+            f'"{k}"' in first for k in ("prompt", "text", "messages")) and not looks_like(first)):
+        kind = ("a prompts file (JSON Lines of text), not traffic: give it as an llm "
+                "template's `prompts:` (or a data set)")
+    if kind:
+        raise DatasetError(f"{path.name}: this looks like {kind}; traffic is a Triton trace, "
+                           "request intervals, a rate CSV, a Prometheus export or a mooncake "
+                           "trace (docs/replay.md)")
 
 
 def _part_number(p: Path) -> int:
@@ -173,9 +199,17 @@ def _triton(parts: list[Path], sample_rate: int) -> tuple[list[float], list[str]
             if not isinstance(entry, dict) or "id" not in entry:
                 raise DatasetError(f"{part.name}: trace [{i}]: expected an object with an "
                                    "'id' (Triton's trace output)")
-            merged = traces.setdefault((part.name, entry["id"]), {"timestamps": []})
+            tid, stamps = entry["id"], entry.get("timestamps") or []
+            if isinstance(tid, bool) or not isinstance(tid, (int, str)):
+                raise DatasetError(f"{part.name}: trace [{i}]: expected an id that is a number "
+                                   f"or a string; found {type(tid).__name__} {str(tid)[:40]}")
+            if not isinstance(stamps, list) or not all(isinstance(t, dict) for t in stamps):
+                raise DatasetError(f"{part.name}: trace [{i}] (id {tid}): expected "
+                                   "'timestamps' as a list of {name, ns}; found "
+                                   f"{type(stamps).__name__} {str(stamps)[:40]}")
+            merged = traces.setdefault((part.name, tid), {"timestamps": []})
             merged.update({k: v for k, v in entry.items() if k != "timestamps"})
-            merged["timestamps"] += entry.get("timestamps") or []
+            merged["timestamps"] += stamps
     starts, models = [], []
     for (name, tid), tr in traces.items():
         if tr.get("parent_id"):
@@ -185,7 +219,11 @@ def _triton(parts: list[Path], sample_rate: int) -> tuple[list[float], list[str]
         if ns is None or "model_name" not in tr:
             raise DatasetError(f"{name}: trace id {tid}: expected a model_name and a "
                                "REQUEST_START timestamp (level=TIMESTAMPS)")
-        starts.append(int(ns) / 1e9)
+        try:
+            starts.append(int(ns) / 1e9)
+        except (TypeError, ValueError):
+            raise DatasetError(f"{name}: trace id {tid}: expected REQUEST_START's ns as a "
+                               f"number; found {str(ns)[:40]!r}") from None
         models.append(str(tr["model_name"]))
     n = len(starts)
     if sample_rate > 1 and starts:
@@ -238,32 +276,6 @@ def _rate_csv(path: Path) -> list[Piece]:
             series.append((t, rate))
     return [(t0, t1, name, r) for name, series in rows.items()
             for (t0, r), (t1, _) in zip(series, series[1:], strict=False)]
-
-
-def _prometheus(path: Path) -> list[Piece]:
-    """A Prometheus range query's JSON: each series a model (its `model` label), each value a
-    rate that holds until the next sample."""
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DatasetError(f"{path.name}:{exc.lineno}:{exc.colno}: not JSON: {exc.msg}") from None
-    data = doc.get("data") if isinstance(doc, dict) else None
-    if not isinstance(data, dict) or data.get("resultType") != "matrix":
-        raise DatasetError(f"{path.name}: expected the JSON of a Prometheus range query "
-                           '({"status": "success", "data": {"resultType": "matrix", ...}})')
-    series = data.get("result") or []
-    t0 = min((float(s["values"][0][0]) for s in series if s.get("values")), default=0.0)
-    pieces: list[Piece] = []
-    for i, s in enumerate(series):
-        model = (s.get("metric") or {}).get("model")
-        if not model:
-            raise DatasetError(f"{path.name}: result [{i}]: expected a 'model' label (query "
-                               "by model, e.g. sum by (model) (rate(...)))")
-        values = [(float(t) - t0, float(v)) for t, v in s.get("values", [])
-                  if math.isfinite(float(v))]
-        pieces += [(a, b, str(model), max(r, 0.0))
-                   for (a, r), (b, _) in zip(values, values[1:], strict=False)]
-    return pieces
 
 
 def _poisson(pieces: list[Piece], seed: int) -> tuple[list[float], list[str], int]:

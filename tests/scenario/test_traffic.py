@@ -75,6 +75,54 @@ def test_a_prometheus_range_query_by_model(tmp_path: Path) -> None:
     assert 150 < (t.offsets < 5).sum() < 350 and 800 < (t.offsets >= 5).sum() < 1200
 
 
+def _prom(result: list) -> dict:
+    return {"status": "success", "data": {"resultType": "matrix", "result": result}}
+
+
+@pytest.mark.fast
+def test_a_prometheus_export_says_what_it_holds(tmp_path: Path) -> None:
+    """Two series of one model are refused (never summed: a duplicated version doubled a
+    replay once); a gap is said and has no traffic (not the last rate carried across it);
+    samples in reverse order are put in order and said; malformed entries are named by
+    series and sample."""
+    s = [[1000 + i, "50"] for i in range(10)]
+    two = _prom([{"metric": {"model": "dense", "version": "1"}, "values": s},
+                 {"metric": {"model": "dense", "version": "2"}, "values": s}])
+    with pytest.raises(DatasetError, match=r"series \{model=dense, version=1\} and "
+                                           r"\{model=dense, version=2\} are both model dense"):
+        read_traffic(write(tmp_path / "two.json", json.dumps(two)))
+    gap = [v for v in s if not 1003 <= v[0] <= 1006]  # samples 3-6 missing
+    t = read_traffic(write(tmp_path / "gap.json", json.dumps(_prom(
+        [{"metric": {"model": "dense"}, "values": gap}]))), seed=1)
+    assert any("no samples from 2 s to 7 s (a gap of 4 samples)" in n for n in t.notes), t.notes
+    assert ((t.offsets > 2.05) & (t.offsets < 6.95)).sum() == 0  # nothing carried across it
+    back = read_traffic(write(tmp_path / "back.json", json.dumps(_prom(
+        [{"metric": {"model": "dense"}, "values": s[::-1]}]))), seed=1)
+    assert 300 < len(back.offsets) < 600 and any("out of time order" in n for n in back.notes)
+    for result, said in (
+            (["dense"], r"result \[0\]: expected a series"),
+            ([{"metric": {"model": "dense"}, "values": [[1000, "abc"]]}],
+             r"result \[0\] \{model=dense\}, sample \[0\]: expected \[unix time, \"rate\"\]; "
+             r"found \[1000, 'abc'\]")):
+        with pytest.raises(DatasetError, match=said):
+            read_traffic(write(tmp_path / "bad.json", json.dumps(_prom(result))))
+
+
+@pytest.mark.fast
+def test_a_malformed_trace_or_another_kind_of_file_is_named(tmp_path: Path) -> None:
+    for entries, said in (
+            ([{"id": 1, "model_name": "m", "timestamps": {"name": "REQUEST_START"}}],
+             r"trace \[0\] \(id 1\): expected 'timestamps' as a list"),
+            ([{"id": [1], "model_name": "m"}], r"trace \[0\]: expected an id that is a number")):
+        with pytest.raises(DatasetError, match=said):
+            read_traffic(write(tmp_path / "t.json", json.dumps(entries)))
+    data = {"data": [{"INPUT0": [1.0, 2.0]}]}
+    with pytest.raises(DatasetError, match="a perf_analyzer data set .*, not traffic"):
+        read_traffic(write(tmp_path / "d.json", json.dumps(data)))
+    with pytest.raises(DatasetError, match="a prompts file .*, not traffic"):
+        read_traffic(write(tmp_path / "p.jsonl", '"what is a queue"\n{"prompt": "hi"}\n'))
+
+
 @pytest.mark.fast
 def test_a_window_is_a_slice_from_zero(tmp_path: Path) -> None:
     t = read_traffic(write(tmp_path / "i.txt", "100000\n" * 50), window=(1.0, 3.0))
