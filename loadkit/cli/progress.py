@@ -30,8 +30,10 @@ def progress_line(run: Any, last: dict[str, Any]) -> str:
         last.update(step=window.step, t=now, count=count)
     if not st["phase"]:
         return f"[{st['stage']}]"
+    count = (f"probe {st['step'] + 1}" if st["steps"] is None
+             else f"step {st['step'] + 1}/{st['steps']}")
     return (
-        f"[{st['title']} step {st['step'] + 1}/{st['steps']} {st['load']}] "
+        f"[{st['title']} {count} {st['load']}] "
         f"{st['stage']} {st['elapsed_s']:.0f}s, {st['remaining_s']:.0f}s left{rate}"
     )
 

@@ -68,6 +68,7 @@ def looped(load: ReplayLoad, speed: float, min_probe_s: float) -> ReplayLoad:
 
 class CapacityConductor(Conductor):
     ROUNDS = "back-to-back"
+    CHOOSES_STEPS = True
 
     def __init__(self, run: Hub, spec: CapacitySpec):
         super().__init__(run)

@@ -72,6 +72,7 @@ class Conductor:
     # how a step's rounds are taken: phases interleaved here; tune's trials and capacity's
     # probes are adaptive, so theirs come back to back (the intervals' method says which)
     ROUNDS = "interleaved"
+    CHOOSES_STEPS = False  # capacity's search chooses each phase's steps as it goes
 
     def __init__(self, run: Hub):
         self.run = run
@@ -425,7 +426,9 @@ class Conductor:
         window = self.run.drive.live_window()
         return {
             "title": self.title or (step.phase if step else ""),
-            "steps": len(self.phase.steps) if self.phase is not None else 0,
+            # a search chooses its steps as it goes: no total to say (capacity's probes)
+            "steps": None if self.CHOOSES_STEPS else
+            len(self.phase.steps) if self.phase is not None else 0,
             "phase": step.phase if step else "",
             "step": step.index if step else None,
             "concurrency": step.concurrency if step else None,

@@ -208,3 +208,14 @@ phases:
     said = build_plan(scen).describe()
     assert "the file sends as4 75% (30), ib1 25% (10)" in said, said
     assert "mix as4 50%" not in said
+
+
+@pytest.mark.fast
+def test_a_second_is_behind_only_when_its_backlog_grows() -> None:
+    """Requests that complete across a second's edge (7 of 8, then 8 of 7) are not a server
+    falling behind; a server serving half of a steady offer is."""
+    from loadkit.report.replay import seconds_behind
+
+    assert seconds_behind([8, 7, 8, 7], [7, 8, 7, 8]) == 0
+    assert seconds_behind([10] * 5, [5] * 5) == 3  # a second of slack: from the third
+    assert seconds_behind([10, 10, 0, 0], [10, 10, 0, 0]) == 0
