@@ -16,6 +16,7 @@ from loadkit.cli.commands import (
     cmd_validate,
     cmd_worker,
 )
+from loadkit.cli.helptext import EXAMPLES, exit_codes
 from loadkit.cli.quick import add_model_options
 from loadkit.cli.running import cmd_init, cmd_run
 from loadkit.cli.trace import add_trace_command
@@ -23,46 +24,10 @@ from loadkit.control.embedded import DEFAULT_MODEL_REPOSITORY
 from loadkit.errors import LoadkitError
 from loadkit.exits import EXIT_BAD_INPUT, EXIT_SIGINT, err, report_error
 
-EXIT_CODES = """exit codes:
-  0  the run completed and every threshold held
-  1  the run failed, or a threshold / SLO failed
-  2  bad input (scenario, flags, data set) or a target that cannot be used; nothing was sent
-  130, 143  interrupted (Ctrl-C, SIGTERM): the report so far is written"""
-
-EXAMPLES = {
-    "run": """examples:
-  loadkit run -m dense                                 # the embedded Triton, concurrency 1
-  loadkit run -m resnet -u 127.0.0.1:8001 --concurrency-range 1:16:2
-  loadkit run -m bert -u 127.0.0.1:8001 --input-data data.json --rate 100:500:100
-  loadkit run scenarios/quickstart.yaml --repeats 3    # a scenario file: phases, configs, SLOs
-  loadkit run scenarios/quickstart.yaml --target 127.0.0.1:8001 --workers 2
-
-The report folder (reports/<UTC time>-<name>/, or --out) holds summary.md (printed at the end),
-report.html, results.json, steps.csv and the plots.""",
-    "capacity": """examples:
-  loadkit capacity scenarios/capacity.yaml --slo 'p99<50ms' --peak 3000/s
-  loadkit capacity -m dense --rate 200 --slo 'p99<5ms' --peak 5000/s""",
-    "tune": """examples:
-  loadkit tune scenarios/tune.yaml --strategy quick --budget 10m
-  loadkit tune scenarios/tune.yaml --resume reports/20261207T101500Z-tune""",
-    "init": """examples:
-  loadkit init -m resnet -u 127.0.0.1:8001 --concurrency-range 1:16:2   # writes resnet.yaml
-  loadkit init -m bert -u 127.0.0.1:8001 --input-data data.json -o bert.yaml""",
-    "validate": """examples:
-  loadkit validate scenarios/quickstart.yaml --offline
-  loadkit validate my.yaml --target 127.0.0.1:8001""",
-    "trace": """examples:
-  loadkit serve --trace-file /traces/trace.json       # Triton with a trace file (or yours)
-  loadkit trace -u 127.0.0.1:8001 --duration 10m --rate 10 --models resnet
-  (it prints the parts written; then load: {replay: [trace.json.0, ...], sample_rate: 10})""",
-    "compare": """examples:
-  loadkit compare reports/before reports/after --out reports/compare""",
-}
-
 
 def _command(sub: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
     """A subcommand whose --help says what it does, shows examples and the exit codes."""
-    epilog = "\n\n".join(filter(None, [EXAMPLES.get(name, ""), EXIT_CODES]))
+    epilog = "\n\n".join(filter(None, [EXAMPLES.get(name, ""), exit_codes(name)]))
     return sub.add_parser(name, help=summary, description=description, epilog=epilog,
                           formatter_class=argparse.RawDescriptionHelpFormatter)
 
@@ -70,7 +35,7 @@ def _command(sub: Any, name: str, summary: str, description: str) -> argparse.Ar
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="loadkit", description="Scenario-driven load testing for Triton Inference Server.",
-        epilog="`loadkit COMMAND --help` for a command's options and examples.\n\n" + EXIT_CODES,
+        epilog="`loadkit COMMAND --help` for a command's options, examples and exit codes.",
         formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"loadkit {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -89,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "Drive the load a scenario file describes (or, with -m, one model at the load "
                  "the flags give, as perf_analyzer does), measure every request, check it "
                  "against the server's own counts and write the report.")
-    _run_options(r, optional=True)
+    _run_options(r, "run", optional=True)
     add_model_options(r)
     r.set_defaults(func=cmd_run)
     k = _command(
@@ -98,7 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Bracket and bisect the arrival rate of each phase (each config) for the highest that "
         "holds the SLO, confirm it, and size the replicas a peak rate needs.")
     _capacity_options(k)
-    _run_options(k, optional=True)
+    _run_options(k, "capacity", optional=True)
     add_model_options(k)
     k.set_defaults(func=cmd_run)
     t = _command(
@@ -114,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("--resume", metavar="DIR",
                    help="continue the search saved in DIR (measures only the configs it has not "
                         "measured; writes into DIR unless --out says otherwise)")
-    _run_options(t)
+    _run_options(t, "tune")
     t.set_defaults(func=cmd_run)
     i = _command(sub, "init", "write a scenario for a model from its metadata, to edit",
                  "Ask the server for the model's inputs and write the scenario `loadkit run -m` "
@@ -137,8 +102,9 @@ def _capacity_options(k: argparse.ArgumentParser) -> None:
     k.add_argument("--peak", help="peak arrival rate to size for, e.g. 3000/s (requests/s)")
     k.add_argument("--headroom", type=float, default=0.3,
                    help="fraction of each replica's max kept free at the peak (default 0.3)")
-    k.add_argument("--budget", type=float, default=600.0, metavar="S",
-                   help="seconds of search for all phases together (default 600)")
+    k.add_argument("--budget", default="10m", metavar="DURATION",
+                   help="time for the search of all phases together, as tune's: '10m', '90s' "
+                        "(or seconds; default 10m)")
     k.add_argument("--precision", type=float, default=0.05,
                    help="stop bisecting when the bracket is this tight (default 0.05 = 5%%)")
     k.add_argument("--max-rate", help="never try more than this rate (default: no ceiling)")
@@ -151,7 +117,9 @@ def _capacity_options(k: argparse.ArgumentParser) -> None:
                         "rate)")
 
 
-def _run_options(r: argparse.ArgumentParser, optional: bool = False) -> None:
+def _run_options(r: argparse.ArgumentParser, command: str, optional: bool = False) -> None:
+    """The options run, capacity and tune share; each shows only those it accepts (tune runs
+    in one process with fixed rounds; only run gates against a baseline)."""
     if optional:
         r.add_argument("scenario", nargs="?", help="a scenario file (or -m MODEL instead)")
     else:
@@ -170,25 +138,29 @@ def _run_options(r: argparse.ArgumentParser, optional: bool = False) -> None:
                         "see the machine's drift; auto: add rounds until every comparison is "
                         "decided (docs/verdicts.md). tune, capacity: each trial or probe N "
                         "times back to back. Default: the scenario's repeats, else 1")
-    r.add_argument("--baseline", metavar="DIR",
-                   help="a CI gate: after the run, compare each phase with the same phase of "
-                        "this earlier report of the same scenario, and exit 1 on a regression "
-                        "(--fail-on, default worse); writes gate.json and gate.junit.xml "
-                        "(docs/ci.md)")
-    r.add_argument("--fail-on", action="append", metavar="WORD[:METRICS]",
-                   help="with --baseline: the words that fail the gate (worse, inconclusive, "
-                        "unknown; worse:throughput,p99 for some metrics). Repeatable")
-    r.add_argument("--max-repeats", type=int, default=0, metavar="N",
-                   help="with --repeats auto: at most N rounds (default: the scenario's "
-                        "max_repeats, else 10)")
-    r.add_argument("--max-time", default="", metavar="DURATION",
-                   help="with --repeats auto: no round that would end after this ('3m', "
-                        "'90s'; default: the scenario's max_time, else none)")
+    if command == "run":
+        r.add_argument("--max-time", default="", metavar="DURATION",
+                       help="with --repeats auto: no round that would end after this ('3m', "
+                            "'90s'; default: the scenario's max_time, else none)")
+        r.add_argument("--baseline", metavar="DIR",
+                       help="a CI gate: after the run, compare each phase with the same phase of "
+                            "this earlier report of the same scenario, and exit 1 on a regression "
+                            "(--fail-on, default worse); writes gate.json and gate.junit.xml "
+                            "(docs/ci.md)")
+        r.add_argument("--fail-on", action="append", metavar="WORD[:METRICS]",
+                       help="with --baseline: the words that fail the gate (worse, inconclusive, "
+                            "unknown; worse:throughput,p99 for some metrics). Repeatable")
+    if command != "tune":
+        r.add_argument("--max-repeats", type=int, default=0, metavar="N",
+                       help="with --repeats auto: at most N rounds (default: the scenario's "
+                            "max_repeats, else 10)")
     r.add_argument("--prometheus-port", type=int, default=0, metavar="P",
                    help="serve loadkit's live metrics for Prometheus on this port while the run "
                         "lasts (docs/observe.md)")
     r.add_argument("--prometheus-host", default="127.0.0.1",
                    help="interface for --prometheus-port (default 127.0.0.1)")
+    if command == "tune":
+        return
     d = r.add_argument_group("distributed (Locust master + workers)")
     d.add_argument(
         "--workers", type=int, default=0, metavar="N",

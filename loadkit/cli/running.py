@@ -59,12 +59,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     with Session(scenario, args.target or scenario.target.grpc, args.metrics,
                  log_path=out_dir / "tritonserver.log", say=_say) as session:
         assert session.control is not None
-        distributed = bool(args.workers or args.master)
+        distributed = bool(getattr(args, "workers", 0) or getattr(args, "master", False))
         run = new_run(session, out_dir, args.seed, distributed, spec, tune, baseline)
         if carried is not None:
             run.result.carried_phases, run.result.carried_histograms = carried
         if spec is not None:
-            _say(f"capacity search, SLO {args.slo}, budget {args.budget:g} s" + (
+            _say(f"capacity search, SLO {args.slo}, budget {spec.budget_s:g} s" + (
                 f", each probe in {session.scenario.repeats} rounds back to back"
                 if session.scenario.repeats > 1 else ""))
         elif tune is not None:
@@ -262,8 +262,15 @@ def capacity_spec(args: argparse.Namespace) -> Any:
     if not 0 <= args.headroom < 1:
         raise CapacityInputError(
             f"--headroom: expected a fraction in [0, 1); found {args.headroom}")
-    if args.budget <= 0 or not 0 < args.precision < 1:
-        raise CapacityInputError("--budget must be above 0 and --precision in (0, 1)")
+    from loadkit.scenario.checks import parse_duration
+
+    budget = parse_duration(args.budget)
+    if budget is None or budget <= 0:
+        raise CapacityInputError(f"--budget: expected a time above 0 such as 10m or 90s; found "
+                                 f"{args.budget!r}")
+    if not 0 < args.precision < 1:
+        raise CapacityInputError(f"--precision: expected a fraction in (0, 1) such as 0.05; "
+                                 f"found {args.precision:g}")
     peak, peak_speed = parse_peak(args.peak) if args.peak else (None, None)
     start_speed = None
     if args.start_rate and args.start_rate.strip().endswith("x"):  # a replay's first speed
@@ -276,8 +283,6 @@ def capacity_spec(args: argparse.Namespace) -> Any:
                                      f"replay's speed such as 4x; found {args.start_rate!r}")
     min_probe = None
     if args.min_probe is not None:
-        from loadkit.scenario.checks import parse_duration
-
         min_probe = parse_duration(args.min_probe)
         if min_probe is None or min_probe <= 0:
             raise CapacityInputError(f"--min-probe: expected a duration above 0 such as 5s; "
@@ -289,7 +294,7 @@ def capacity_spec(args: argparse.Namespace) -> Any:
         peak=peak,
         peak_speed=peak_speed,
         headroom=args.headroom,
-        budget_s=args.budget,
+        budget_s=budget,
         precision=args.precision,
         start_rate=parse_rate(args.start_rate, "--start-rate") if args.start_rate and not
         start_speed else None,
@@ -310,9 +315,6 @@ def tune_run(args: argparse.Namespace, scenario: Any) -> tuple[Any, Any]:
     if tune is None:
         raise TuneInputError(f"{args.scenario}: no 'tune' section; `loadkit tune` needs one "
                              "(docs/tune.md)")
-    if getattr(args, "workers", 0) or getattr(args, "master", False):
-        raise TuneInputError("loadkit tune runs in one process; --workers and --master are for "
-                             "`loadkit run` and `loadkit capacity`")
     budget_s, trials = tune.budget_s, tune.budget_trials
     if args.budget:
         b = parse_budget(args.budget)
@@ -361,7 +363,7 @@ def _drive(run: Any, env: Any, args: argparse.Namespace, out_dir: Path) -> int:
     from loadkit.slo import FAILING
 
     workers: Any = None
-    if args.workers or args.master:
+    if getattr(args, "workers", 0) or getattr(args, "master", False):
         from loadkit.locust.workers import LocalWorkers, master_address
 
         host, port = master_address(args)

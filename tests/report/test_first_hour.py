@@ -142,6 +142,15 @@ def test_version_and_help_say_what_a_user_needs() -> None:
         assert sub[name].description, name
     assert "-m MODEL" in sub["run"].format_help()
     assert __version__
+    # each command says its own exit codes, not run's
+    assert "--fail-on caught a comparison" in sub["compare"].format_help()
+    assert "no config kept the constraints" in sub["tune"].format_help()
+    assert "a threshold" not in sub["validate"].format_help()
+    assert "the report folder was rendered again" in sub["report"].format_help()
+    # tune shows only what tune accepts; --budget reads a duration on tune and capacity alike
+    assert "--workers" not in sub["tune"].format_help()
+    assert "--baseline" not in sub["capacity"].format_help()
+    assert "'10m'" in sub["capacity"].format_help() and "'15m'" in sub["tune"].format_help()
 
 
 def _free_port() -> int:
