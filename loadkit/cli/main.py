@@ -99,7 +99,8 @@ def _capacity_options(k: argparse.ArgumentParser) -> None:
     k.add_argument("--slo", required=True,
                    help="e.g. 'p99<50ms' or 'p99<50ms,p50<10ms,error_rate<0.5%%' "
                         "(error rate and dropped ratio default to 1%%)")
-    k.add_argument("--peak", help="peak arrival rate to size for, e.g. 3000/s (requests/s)")
+    k.add_argument("--peak", help="the peak to size replicas for: a rate such as 3000/s, or a "
+                                  "multiple of a replayed traffic such as 3x")
     k.add_argument("--headroom", type=float, default=0.3,
                    help="fraction of each replica's max kept free at the peak (default 0.3)")
     k.add_argument("--budget", default="10m", metavar="DURATION",

@@ -115,6 +115,12 @@ def load_yaml(path: Path) -> Source:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
         raise ScenarioError([Problem(file, None, "", "not UTF-8 text")]) from None
+    return parse_text(text, file)
+
+
+def parse_text(text: str, file: str = "<text>") -> Source:
+    """YAML text as a Source, read as a scenario file is (a ramp such as 2:16:2 stays a ramp,
+    never YAML 1.1's base-60 integer 8162)."""
     loader = yaml.SafeLoader(text)
     try:
         node = loader.get_single_node()

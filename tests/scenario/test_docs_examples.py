@@ -15,6 +15,7 @@ import yaml
 from conftest import ROOT, loadkit, results, tokenizer_file, write
 
 from loadkit.scenario import load_scenario
+from loadkit.scenario.source import parse_text
 
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # a block fenced as ```yaml ci is a CI pipeline, not a scenario (tests/report/test_ci.py runs it)
@@ -43,7 +44,7 @@ EXAMPLES = _examples()
 
 def complete(text: str) -> tuple[dict[str, Any], bool]:
     """(the example as a whole scenario, whether it was one as written)."""
-    data = yaml.safe_load(textwrap.dedent(text))
+    data = parse_text(textwrap.dedent(text)).data
     if isinstance(data, list):  # phase list items
         phases = [{"load": BASE_PHASES[0]["load"], **p} for p in data]
         return {"requests": BASE_REQUESTS, "phases": phases}, False
@@ -77,6 +78,15 @@ def example_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.fast
+def test_a_ramp_in_an_example_stays_a_ramp() -> None:
+    """YAML 1.1 reads 2:16:2 as the base-60 integer 8162: the examples are read as loadkit reads
+    a scenario, and written back as they were written."""
+    scenario, _ = complete("phases: [{name: x, load: {concurrency: 2:16:2}}]")
+    assert scenario["phases"][0]["load"]["concurrency"] == "2:16:2"
+    assert "2:16:2" in yaml.safe_dump(scenario)
+
+
+@pytest.mark.fast
 def test_the_docs_have_examples() -> None:
     assert len(EXAMPLES) >= 20, [w for w, _ in EXAMPLES]
 
@@ -93,7 +103,7 @@ def test_every_yaml_example_is_accepted(where: str, text: str, example_dir: Path
 def _runnable(text: str) -> bool:
     """A whole scenario, or one whose templates the example writes itself."""
     whole = complete(text)[1]
-    data = yaml.safe_load(textwrap.dedent(text))
+    data = parse_text(textwrap.dedent(text)).data
     return whole or (isinstance(data, dict) and "requests" in data)
 
 
