@@ -118,6 +118,18 @@
     }).catch(function () { /* the form is Locust's own then */ });
   }
 
+  // the Host field shows the run's target and cannot change it (the server refuses a start
+  // that asks for another): read-only, saying where the target comes from
+  function lockHost() {
+    var host = document.querySelector("input[name=host]");
+    if (host && !host.readOnly) {
+      host.readOnly = true;
+      host.title = "the run's target, from --target, the scenario's target or the embedded " +
+        "Triton; restart `loadkit ui --target HOST:PORT` to load another server";
+    }
+  }
+
+  setInterval(lockHost, 1000);
   setInterval(fillForm, 1000);
   setInterval(refresh, 2000);
   document.addEventListener("click", function () { setTimeout(refresh, 300); });

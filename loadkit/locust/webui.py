@@ -198,6 +198,22 @@ def install(environment: Any) -> None:
             return make_response("the HTML report is written when the run ends", 404)
         return make_response(page.read_text(), 200, {"Content-Type": "text/html"})
 
+    @web_ui.app.before_request
+    def one_target() -> Response | None:
+        """The start form's Host shows the run's target; it cannot change it (the controller,
+        the accounting and the report are all bound to that server): a start asking for
+        another host is refused with the reason, never silently sent elsewhere."""
+        if request.path != "/swarm" or request.method != "POST":
+            return None
+        asked = (request.form.get("host") or "").strip()
+        shown = (environment.host or "").strip()
+        if asked and asked != shown:
+            message = (f"this run's target is {shown} (from --target, the scenario's target, "
+                       f"or the embedded Triton); the Host field cannot change it: start "
+                       f"`loadkit ui SCENARIO --target HOST:PORT` for {asked}")
+            return make_response(jsonify({"success": False, "message": message}), 400)
+        return None
+
     @web_ui.app.after_request
     def add_rows(response: Response) -> Response:
         if request.path.endswith("/stats/requests") and response.is_json:

@@ -81,6 +81,18 @@ def test_triton_tab_shows_the_numbers_of_results_json(ui) -> None:
                 ".map(i => [i.name, i.value]))")).get("userCount") == "2" and v, 15,
                 "the form to show the scenario's peak users", poll=0.2)
             assert form["host"] == "grpc://" + url_target(out)
+            # Host shows the target and cannot change it: read-only, and a start that asks
+            # for another host is refused with the reason (nothing sent elsewhere)
+            wait_for(lambda: page.evaluate(
+                "() => document.querySelector('input[name=host]').readOnly"), 15,
+                "the Host field to be read-only")
+            refused = page.evaluate(
+                "async () => { const f = new FormData(); f.append('user_count', '1');"
+                "f.append('spawn_rate', '1'); f.append('host', 'grpc://127.0.0.1');"
+                "const r = await fetch('./swarm', {method: 'POST', body: f});"
+                "return [r.status, await r.json()]; }")
+            assert refused[0] == 400 and "the Host field cannot change it" in \
+                refused[1]["message"], refused
             page.get_by_role("button", name="START").click()
             page.get_by_role("tab", name="Triton").click()
             page.locator("table tbody tr").first.wait_for(timeout=30_000)
