@@ -171,7 +171,9 @@ class Conductor:
             run.result.phases.append(pr)
         self.phase = phase
         self._set_stage("configuring", 0)
-        outcome = run.controller.apply_phase(phase)
+        # a reload takes a second or more of blocking control-plane calls: off the hub, so
+        # the live metrics, the web UI and the progress line keep going meanwhile
+        outcome = gevent.get_hub().threadpool.apply(run.controller.apply_phase, (phase,))
         pr.status, pr.reason = outcome.status, outcome.reason
         # a round on the config already loaded reloads nothing: keep the reload it had
         pr.reload_s, pr.config = outcome.reload_s or pr.reload_s, outcome.config
@@ -198,7 +200,7 @@ class Conductor:
         self.current = None
         self._set_stage("restoring", 0)
         try:
-            failures = run.controller.restore()
+            failures = gevent.get_hub().threadpool.apply(run.controller.restore)
         except Exception as exc:  # the control plane itself broke: every model is unknown
             failures = [{"model": m, "detail": str(exc)} for m in run.controller.applied]
         for failure in failures:

@@ -3,8 +3,10 @@ has (Prometheus + Grafana, beside Triton's nv_inference_* and nv_gpu_* series).
 
 Counts are those of the measured windows, the numbers results.json will hold: the finished
 steps plus the window being measured (warm-ups are not counted). A greenlet on the run's hub
-refreshes one snapshot a second; the HTTP server (prometheus_client, its own thread) only reads
-that snapshot, so a scrape never touches the engine.
+refreshes one snapshot a second, the metric families built then; the HTTP server
+(prometheus_client, its own thread) only yields what the last refresh built, so a scrape
+neither touches the engine nor walks a histogram. Config reloads run off the hub
+(run/conductor.py), so the counts go on through them.
 """
 
 from __future__ import annotations
@@ -114,6 +116,7 @@ class Exporter:
         self.done = Totals()  # finished steps
         self.counted = 0  # how many finished steps `done` holds
         self.snapshot: dict[str, Any] = {"totals": Totals(), "live": None, "status": {}}
+        self.families: list[Metric] = []  # what a scrape returns, built by refresh
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)  # type: ignore[arg-type]
         self.server: Any = None
@@ -165,11 +168,33 @@ class Exporter:
         status = self.run.conductor.status()
         self.snapshot = {"totals": self.done.plus(live), "live": live, "status": status,
                          "in_flight": self.run.drive.in_flight()}
+        self.families = list(self._build())
 
     def collect(self) -> Iterator[Metric]:
+        yield from self.families
+        yield from self._now()
+
+    def _now(self) -> Iterator[Metric]:
+        """What the run is doing at the moment of the scrape, read from the conductor's plain
+        attributes (no engine call): a step's annotation region starts and ends on time even
+        while the hub is busy writing a report."""
+        conductor = self.run.conductor
+        stage, current, phase = conductor.stage, conductor.current, conductor.phase
+        step = GaugeMetricFamily("loadkit_step_info", "The phase and step being warmed up or "
+                                 "measured (value 1; absent between steps, so an annotation "
+                                 "region is one step)", labels=["phase", "step", "load", "stage"])
+        if current is not None and stage in ("warm-up", "measuring"):
+            step.add_metric([current.phase, str(current.index + 1), current.label, stage], 1)
+        yield step
+        swap = GaugeMetricFamily("loadkit_config_swap_info", "A phase's config being loaded "
+                                 "(value 1 while it lasts)", labels=["phase"])
+        if stage == "configuring" and phase is not None:
+            swap.add_metric([phase.name], 1)
+        yield swap
+
+    def _build(self) -> Iterator[Metric]:
         snap = self.snapshot
         totals: Totals = snap["totals"]
-        status = snap["status"]
         requests = CounterMetricFamily("loadkit_requests", "Successful requests in measured "
                                        "windows, per request template and its model (beside "
                                        "Triton's nv_inference_request_success per model)",
@@ -188,10 +213,9 @@ class Exporter:
                                       "(max_concurrency in flight)", labels=["template"])
         late = CounterMetricFamily("loadkit_late", "Open loop: sends later than "
                                    "late_tolerance", labels=["template"])
-        for name, n in sorted(totals.dropped.items()):
-            dropped.add_metric([name], n)
-        for name, n in sorted(totals.late.items()):
-            late.add_metric([name], n)
+        for name in sorted(models):  # every template from the start: a 0 is a reading too
+            dropped.add_metric([name], totals.dropped.get(name, 0))
+            late.add_metric([name], totals.late.get(name, 0))
         yield dropped
         yield late
         latency = HistogramMetricFamily("loadkit_latency_seconds", "Latency of successful "
@@ -201,6 +225,16 @@ class Exporter:
             latency.add_metric([name], _buckets(h),
                                sum_value=h.get_mean_value() * h.get_total_count() / 1e6)
         yield latency
+        # the run's measured windows so far, from the HDR histograms themselves: the p99 the
+        # report will print (a quantile interpolated between the buckets above reads up to 2x)
+        run_q = GaugeMetricFamily("loadkit_latency_quantile_seconds", "HDR quantiles of every "
+                                  "measured window so far (the report's numbers)",
+                                  labels=["template", "quantile"])
+        for name, h in sorted(totals.hists.items()):
+            if h.get_total_count():
+                for q in QUANTILES:
+                    run_q.add_metric([name, str(q)], h.get_value_at_percentile(q * 100) / 1e6)
+        yield run_q
         quantiles = GaugeMetricFamily("loadkit_step_latency_seconds", "HDR quantiles of the "
                                       "step being measured", labels=["template", "quantile"])
         live: StepWindow | None = snap["live"]
@@ -211,15 +245,6 @@ class Exporter:
                         quantiles.add_metric([name, str(q)],
                                              h.get_value_at_percentile(q * 100) / 1e6)
         yield quantiles
-        step = GaugeMetricFamily("loadkit_step_info", "The phase and step now running "
-                                 "(value 1) and what it is doing",
-                                 labels=["phase", "step", "load", "stage"])
-        if status:
-            number = status.get("step")  # 1-based, as every report numbers steps
-            step.add_metric([str(status.get("phase", "")),
-                             "" if number is None else str(number + 1),
-                             str(status.get("load", "")), str(status.get("stage", ""))], 1)
-        yield step
         flight = GaugeMetricFamily("loadkit_in_flight", "Requests in flight in this process")
         if snap.get("in_flight") is not None:
             flight.add_metric([], snap["in_flight"])

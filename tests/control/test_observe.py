@@ -207,8 +207,30 @@ def test_every_dashboard_query_returns_data_in_a_real_prometheus(tmp_path: Path,
         wait_for(lambda: series(annotation), 10, "the step annotation's series")
         empty = {e: title for e, title in exprs.items() if not series(e)}
         assert {e for e in empty if "nv_gpu_" not in e} == set(), empty  # only GPU gauges
-        steps = {(s["metric"]["phase"], s["metric"]["step"]) for s in series(annotation)}
+        regions = series(annotation)
+        steps = {(s["metric"]["phase"], s["metric"]["step"]) for s in regions}
         assert steps == {("guard", "1"), ("guard", "2"), ("drops", "1")}  # a region a step
+        # each region lies within its step's warm-up and window (a scrape late, at most),
+        # never into the next phase; its label names the step
+        data = results(tmp_path / "r")
+        starts = {(p["name"], str(s["index"] + 1)): (s["started_at"], s["duration_s"])
+                  for p in data["phases"] for s in p["steps"]}
+        from datetime import datetime
+        for r in regions:
+            key = (r["metric"]["phase"], r["metric"]["step"])
+            began = datetime.fromisoformat(starts[key][0]).timestamp()
+            times = [float(t) for t, _ in r["values"]]
+            assert began - 0.5 - 1.5 <= min(times) and max(times) <= began + starts[key][1] + 2, (
+                key, began, min(times), max(times))
+            assert r["metric"]["load"], r
+        swaps = series(dash["annotations"]["list"][1]["expr"])
+        assert {s["metric"]["phase"] for s in swaps} <= {"guard", "drops"}
+        # the HDR p99 of the measured windows so far ends at the report's numbers' scale: no
+        # bucket interpolation (which read up to 2x)
+        (p99,) = series('loadkit_latency_quantile_seconds{quantile="0.99"}')
+        last = float(p99["values"][-1][1]) * 1e6
+        worst = max(s["latency_us"]["p99"] for p in data["phases"] for s in p["steps"])
+        assert last <= worst * 1.01, (last, worst)
         # the throughput panel's two lines are the same quantity, requests/s per model: over
         # the seconds where loadkit counted, the areas under them agree (second by second they
         # are scraped apart, and Triton also counts the warm-ups loadkit leaves out)
