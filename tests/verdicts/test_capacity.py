@@ -326,7 +326,7 @@ def test_capacity_replay_searches_the_speed_of_a_trace(triton, tmp_path) -> None
         assert replay["speed"] == probe["rate"] and replay["format"] == "triton_trace"
         # the whole file, repeated whole until the probe lasts 5 s (at speed 4 the 2 s file
         # lasts half a second: one stall would decide the answer)
-        times = math.ceil(5 / (2.0 / probe["rate"]) - 1e-9)
+        times = math.ceil(5 / (400 / rate / probe["rate"]) - 1e-9)  # the file: 400 at `rate`
         assert step["open_loop"]["scheduled"] == 400 * times, (probe, step["open_loop"])
         assert step["duration_s"] >= 4.9 and replay["loop"] == (times > 1)
         offered = replay["per_second"]["offered"]
