@@ -39,7 +39,7 @@ def load_label(load: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v}" for k, v in load.items())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Replayed:
     """A replay step's arrivals: offsets (s, at the step's speed) and each one's template
     ('' for the mix to pick), from a traffic file (scenario/traffic.py)."""
@@ -266,10 +266,12 @@ def replay_step(i: int, phase: str, j: int, load: ReplayLoad, speed: float,
     traffic = load.traffic
     period = traffic.duration_s / speed
     only = next(iter(mix)) if len(mix) == 1 else ""
-    replayed = Replayed(traffic.file.name, traffic.format, speed, period, load.loop,
-                        tuple(t or only for t in load.templates), traffic.offsets / speed,
-                        traffic.model_of, traffic.in_file, traffic.entry_of, load.times,
-                        traffic.notes)
+    replayed = Replayed(file=traffic.file.name, format=traffic.format, speed=speed,
+                        period_s=period, loop=load.loop,
+                        templates=tuple(t or only for t in load.templates),
+                        offsets=traffic.offsets / speed, model_of=traffic.model_of,
+                        in_file=traffic.in_file, entry_of=traffic.entry_of, times=load.times,
+                        notes=traffic.notes)
     rate = len(traffic.offsets) / period
     return Step(i, phase, j, 1, load.warmup_s, load.duration_s(speed),
                 Arrivals(rate, "replay", j, load.max_concurrency, load.late_tolerance_s,

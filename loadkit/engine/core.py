@@ -55,6 +55,7 @@ class Engine:
 
     def __init__(
         self,
+        *,
         address: str,
         target: TargetSpec,
         pools: Sequence[Sequence[bytes]],
@@ -64,12 +65,15 @@ class Engine:
         think_time_s: float = 0.0,
         method: str = "stream",  # target.transport: stream (ModelStreamInfer) or unary
         precise_timers: bool = False,
+        streams: StreamPolicy | None = None,  # decoupled templates: how each is read
+        random_order: Sequence[bool] | None = None,  # per template: `order: random`
     ):
         self.address = address
         self.target = target
-        self.requests = Pools(pools, names)  # the drive sets its order and expected outputs
+        # the drive then gives it the expected outputs and a data set's sequences
+        self.requests = Pools(pools, names, random_order)
         self.epoch = 0  # the drive bumps it at a new phase: open sequences end there
-        self.streams = StreamPolicy(list(names))  # decoupled templates: how each is read
+        self.streams = streams or StreamPolicy(list(names))
         self.names = list(names)
         self.pick = pick if len(pools) > 1 else (lambda _rng: 0)
         self.recorder = recorder

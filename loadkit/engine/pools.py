@@ -14,11 +14,13 @@ from loadkit.transport.validate import mismatch
 
 
 class Pools:
-    def __init__(self, pools: Sequence[Sequence[bytes]], names: Sequence[str]):
+    def __init__(self, pools: Sequence[Sequence[bytes]], names: Sequence[str],
+                 random_order: Sequence[bool] | None = None):
         self.pools = [[frame(p) for p in pool] for pool in pools]
         self.first = [pool[0] for pool in self.pools]
         self.names = list(names)
-        self.random_order = [False] * len(self.pools)  # order: random
+        # per template, `order: random` (else each pool is sent in turn)
+        self.random_order = list(random_order) if random_order else [False] * len(self.pools)
         self.cursors = [0] * len(self.pools)
         self.last_drawn = (0, 0)  # (template, entry) of the request draw() gave last
         # validate: true: per template, per entry, the outputs expected (None: no check)

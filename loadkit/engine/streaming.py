@@ -54,12 +54,15 @@ class StreamPolicy:
     `tokenizers[i]` the llm template's tokenizer (exact output tokens) or None; `goodput`
     limits in µs."""
 
-    def __init__(self, names: list[str]):
+    def __init__(self, names: list[str], *, streaming: list[int] | None = None,
+                 cancel: list[tuple[int, float] | None] | None = None,
+                 tokenizers: list[Any] | None = None,
+                 goodput: tuple[int, int, int] | None = None):
         self.names = names
-        self.streaming: list[int] = [Read.PLAIN] * len(names)
-        self.cancel: list[tuple[int, float] | None] = [None] * len(names)
-        self.tokenizers: list[Any] = [None] * len(names)
-        self.goodput: tuple[int, int, int] | None = None  # first response, mean gap, latency
+        self.streaming: list[int] = streaming or [Read.PLAIN] * len(names)
+        self.cancel: list[tuple[int, float] | None] = cancel or [None] * len(names)
+        self.tokenizers: list[Any] = tokenizers or [None] * len(names)
+        self.goodput = goodput  # first response, mean gap, latency (µs); None: no goodput
 
     def mode(self, i: int, rng: random.Random) -> int:
         """One request's Read: N > 0: cancel it after N responses (its template's `cancel:`

@@ -24,7 +24,7 @@ import gevent
 from loadkit.engine.core import Engine
 from loadkit.engine.host import Host
 from loadkit.engine.slots import Completion, Lane
-from loadkit.engine.streaming import Read
+from loadkit.engine.streaming import Read, StreamPolicy
 from loadkit.loads.registry import runner_for
 from loadkit.loads.sequence import end_dangling, new_ids
 from loadkit.plan import Arrivals, Plan, Step
@@ -90,29 +90,24 @@ class LocalDrive:
         self._fire: Callable[..., Any] | None = None
         self._pump: gevent.Greenlet | None = None
         self._usage0 = (0.0, 0)
-        self.engine = Engine(
-            address,
-            scenario.target,
-            self.payloads,
-            names,
-            self.pick,
-            self.recorder,
-            scenario.think_time_s,
-            scenario.target.transport,
-            precise_timers=any(step.arrivals is not None for step in plan.steps),
-        )
-        self.host = Host(self.engine)  # what the load models see of it
-        streams, templates = self.engine.streams, [scenario.requests[n] for n in names]
-        streams.streaming = [Read.TO_END if t.decoupled else Read.PLAIN for t in templates]
-        streams.cancel = [t.cancel for t in templates]
-        streams.tokenizers = [load_tokenizer(t.llm.tokenizer) if t.llm and t.llm.tokenizer
-                              else None for t in templates]
+        templates = [scenario.requests[n] for n in names]
         g = scenario.goodput
-        if g is not None:
-            streams.goodput = (int(min(g.first_response_us, 2**62)),
-                               int(min(g.inter_response_us, 2**62)), int(min(g.latency_us, 2**62)))
-        self.engine.requests.random_order = [scenario.requests[n].order == "random"
-                                             for n in names]
+        streams = StreamPolicy(
+            list(names),
+            streaming=[Read.TO_END if t.decoupled else Read.PLAIN for t in templates],
+            cancel=[t.cancel for t in templates],
+            tokenizers=[load_tokenizer(t.llm.tokenizer) if t.llm and t.llm.tokenizer
+                        else None for t in templates],
+            goodput=None if g is None else (int(min(g.first_response_us, 2**62)),
+                                            int(min(g.inter_response_us, 2**62)),
+                                            int(min(g.latency_us, 2**62))))
+        self.engine = Engine(
+            address=address, target=scenario.target, pools=self.payloads, names=names,
+            pick=self.pick, recorder=self.recorder, think_time_s=scenario.think_time_s,
+            method=scenario.target.transport,
+            precise_timers=any(step.arrivals is not None for step in plan.steps),
+            streams=streams, random_order=[t.order == "random" for t in templates])
+        self.host = Host(self.engine)  # what the load models see of it
         self.engine.requests.expect([expected_pool(scenario.requests[n]) for n in names])
         self.engine.requests.set_sequences([
             t.dataset.sequences if t.sequence is not None and t.dataset is not None else ()

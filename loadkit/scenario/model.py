@@ -138,7 +138,7 @@ SERVER_LOSS_POLICIES = ("abort", "wait")
 SERVER_LOSS_WAIT_S = {"abort": 10.0, "wait": 600.0}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TargetSpec:
     """Where load goes. `grpc=None` means the embedded server that loadkit starts itself."""
 
@@ -357,7 +357,7 @@ class PhaseSpec:
     mix: dict[str, float] = field(default_factory=dict)  # empty: the scenario's mix
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Scenario:
     name: str
     path: Path

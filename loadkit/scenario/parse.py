@@ -101,8 +101,10 @@ def load_scenario(path: str | Path, base: Path | None = None) -> Scenario:
     noise = _noise(ck, top["noise_threshold"]) if "noise_threshold" in top else 0.05
     if ck.problems:
         raise ScenarioError(ck.problems)
-    return Scenario(name, path, target, requests, mix, think or 0.0, phases, src, goodput, tune,
-                    repeats, confidence, noise, auto, max_time)
+    return Scenario(name=name, path=path, target=target, requests=requests, mix=mix,
+                    think_time_s=think or 0.0, phases=phases, source=src, goodput=goodput,
+                    tune=tune, repeats=repeats, confidence=confidence, noise_threshold=noise,
+                    auto=auto, max_time_s=max_time)
 
 
 def _repeats(ck: Checker, top: dict[str, Any]) -> tuple[int, bool, float]:

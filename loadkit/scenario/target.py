@@ -77,6 +77,8 @@ def _target(ck: Checker, raw: Any) -> TargetSpec:
     if "max_message_size" in m:
         max_bytes = ck.size(m["max_message_size"], (*path, "max_message_size")) or max_bytes
     return TargetSpec(
-        grpc_addr, tls, tuple(headers), timeout or 10.0, tuple(ck.secrets), metrics, transport,
-        policy, wait_s, reload_s, max_bytes, ck.boolean(m, "shared", path, False),
+        grpc=grpc_addr, tls=tls, headers=tuple(headers), timeout_s=timeout or 10.0,
+        secret_values=tuple(ck.secrets), metrics=metrics, transport=transport,
+        on_server_loss=policy, server_loss_wait_s=wait_s, reload_timeout_s=reload_s,
+        max_message_bytes=max_bytes, shared=ck.boolean(m, "shared", path, False),
     )

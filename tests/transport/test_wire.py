@@ -41,7 +41,7 @@ def test_big_message_is_sent_in_pieces_and_the_connection_survives_errors(triton
     server answers only once it has the whole message (here: the wrong byte size)."""
 
     async def main() -> None:
-        wire = Wire(triton.grpc_address, TargetSpec(triton.grpc_address))
+        wire = Wire(triton.grpc_address, TargetSpec(grpc=triton.grpc_address))
         conn = await wire.connection()
         assert conn.h2.remote_settings.initial_window_size < 6 << 20
         with pytest.raises(InferError) as err:
@@ -77,7 +77,7 @@ def test_unreachable_server_fails_fast_then_backs_off(triton) -> None:
     async def main() -> tuple[float, float]:
         loop = asyncio.get_running_loop()
         address = f"127.0.0.1:{port}"
-        wire = Wire(address, TargetSpec(address))
+        wire = Wire(address, TargetSpec(grpc=address))
         t0 = loop.time()
         with pytest.raises(InferError) as err:
             await wire.connection()
@@ -104,7 +104,7 @@ def test_new_calls_move_to_a_fresh_connection_before_stream_ids_run_out(
     monkeypatch.setattr(wire_module, "STREAMS_PER_CONNECTION", 5)
 
     async def main() -> int:
-        wire = Wire(triton.grpc_address, TargetSpec(triton.grpc_address))
+        wire = Wire(triton.grpc_address, TargetSpec(grpc=triton.grpc_address))
         first = await wire.connection()
         stream = first.open(STREAM)
         served = 0
@@ -137,7 +137,7 @@ def test_fast_path_hands_the_receive_window_back(triton, control, monkeypatch) -
     monkeypatch.setattr(wire_module, "WINDOW", 16 << 10)
 
     async def main() -> int:
-        wire = Wire(triton.grpc_address, TargetSpec(triton.grpc_address))
+        wire = Wire(triton.grpc_address, TargetSpec(grpc=triton.grpc_address))
         conn = await wire.connection()
         stream = conn.open(STREAM)
         received = served = 0
@@ -189,7 +189,7 @@ def test_frames_split_across_reads_arrive_whole(triton, control, monkeypatch) ->
     monkeypatch.setattr(wire_module.Connection, "data_received", in_pieces)
 
     async def main() -> int:
-        wire = Wire(triton.grpc_address, TargetSpec(triton.grpc_address))
+        wire = Wire(triton.grpc_address, TargetSpec(grpc=triton.grpc_address))
         conn = await wire.connection()
         stream = conn.open(STREAM)
         for _ in range(20):
@@ -208,7 +208,7 @@ def test_frames_split_across_reads_arrive_whole(triton, control, monkeypatch) ->
 
 async def _one_stream_reply(triton: Any) -> bytes:
     """One stream reply read without any splitting, to compare sizes against."""
-    wire = Wire(triton.grpc_address, TargetSpec(triton.grpc_address))
+    wire = Wire(triton.grpc_address, TargetSpec(grpc=triton.grpc_address))
     conn = await wire.connection()
     stream = conn.open(STREAM)
     conn.send(stream, dense_request())

@@ -41,8 +41,8 @@ def drive(address: str, target: TargetSpec, payload: bytes, users: int, count: i
     """`users` closed loops on a real Engine until `count` requests have ended (bounded by
     `timeout_s`), then a drained close: the window holds every request sent."""
     recorder = Recorder()
-    engine = Engine(address, target, [[payload]], ["t"], lambda _rng: 0, recorder,
-                    method=transport)
+    engine = Engine(address=address, target=target, pools=[[payload]], names=["t"],
+                    pick=lambda _rng: 0, recorder=recorder, method=transport)
     engine.start()
     window = recorder.open(Step(0, "p", 0, users, 0.0, 1.0))
     for i in range(users):
@@ -70,7 +70,7 @@ def test_calls_wait_for_a_free_stream_under_max_concurrent_streams(transport: st
     (none raises in the protocol and kills the connection); the server never has more than 2."""
     users = 6 if transport == "unary" else 2
     with Peer(options=[("grpc.max_concurrent_streams", 2)], delay_s=0.01) as peer:
-        window, engine = drive(peer.address, TargetSpec(peer.address), request_bytes(),
+        window, engine = drive(peer.address, TargetSpec(grpc=peer.address), request_bytes(),
                                users, 150, transport)
         answered = peer.servicer.answered
     assert window.error_count() == 0, window.messages
@@ -83,7 +83,7 @@ def test_stream_users_beyond_the_limit_fail_by_deadline_and_say_why() -> None:
     """transport: stream keeps one stream per user open: a third user on a 2-stream server
     never gets one. Its requests end at the deadline, counted, with the reason kept."""
     with Peer(options=[("grpc.max_concurrent_streams", 2)], delay_s=0.005) as peer:
-        target = TargetSpec(peer.address, timeout_s=0.3)
+        target = TargetSpec(grpc=peer.address, timeout_s=0.3)
         window, _ = drive(peer.address, target, request_bytes(), 3, 200)
         answered = peer.servicer.answered
     assert window.errors["t"]["DEADLINE_EXCEEDED"] >= 1
@@ -99,7 +99,7 @@ def test_goaway_lets_started_calls_finish_and_moves_new_ones(transport: str) -> 
     the old connection; new ones go to a new connection; nothing fails."""
     options = [("grpc.max_connection_age_ms", 300), ("grpc.max_connection_age_grace_ms", 5000)]
     with Peer(options=options, delay_s=0.01) as peer:
-        window, engine = drive(peer.address, TargetSpec(peer.address), request_bytes(),
+        window, engine = drive(peer.address, TargetSpec(grpc=peer.address), request_bytes(),
                                4, 400, transport)
         answered = peer.servicer.answered
     assert engine.wire is not None and engine.wire.connects >= 3, "no GOAWAY was seen"
@@ -111,7 +111,7 @@ def test_compressed_replies_are_internal_errors_not_successes() -> None:
     """A server that compresses (here grpcio with gzip, since the request advertised it) sends
     messages with the compressed flag; loadkit does not decompress, so each such reply is
     INTERNAL, as grpc reports a message it cannot read, and the stream is reset."""
-    target = TargetSpec("", headers=(("grpc-accept-encoding", "gzip"),))
+    target = TargetSpec(grpc="", headers=(("grpc-accept-encoding", "gzip"),))
     with Peer(compression=grpc.Compression.Gzip) as peer:
         window, engine = drive(peer.address, target, request_bytes(), 2, 40)
         answered = peer.servicer.answered
@@ -140,7 +140,7 @@ def test_replies_above_the_message_limit_are_resource_exhausted(triton, control)
         return await asyncio.wait_for(c.next_message(), 30)
 
     async def main() -> None:
-        wire = Wire(triton.grpc_address, TargetSpec(triton.grpc_address))
+        wire = Wire(triton.grpc_address, TargetSpec(grpc=triton.grpc_address))
         for unary in (True, False):
             with pytest.raises(InferError) as err:
                 await call(wire, blob_request(5_000_000), unary)
@@ -152,7 +152,7 @@ def test_replies_above_the_message_limit_are_resource_exhausted(triton, control)
             assert len(reply.raw_output_contents[0]) == 3_900_000
         conn = await wire.connection()
         wire.close()
-        big = Wire(triton.grpc_address, TargetSpec(triton.grpc_address,
+        big = Wire(triton.grpc_address, TargetSpec(grpc=triton.grpc_address,
                                                    max_message_bytes=8 << 20))
         reply = service_pb2.ModelInferResponse.FromString(
             await call(big, blob_request(5_000_000), True))
@@ -239,7 +239,7 @@ def test_tls_without_h2_in_alpn_is_refused(tmp_path: Path) -> None:
     address = f"127.0.0.1:{box['port']}"
 
     async def main() -> InferError:
-        wire = Wire(address, TargetSpec(address, tls=TLSSpec(root_certs=ca_path)))
+        wire = Wire(address, TargetSpec(grpc=address, tls=TLSSpec(root_certs=ca_path)))
         with pytest.raises(InferError) as err:
             await wire.connection()
         wire.close()
