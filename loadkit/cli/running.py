@@ -22,6 +22,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from locust.env import Environment
 
+    from loadkit.locust.assembly import new_run
     from loadkit.locust.shape import LoadkitShape
     from loadkit.locust.users import TritonUser
     from loadkit.run.session import Session, default_out
@@ -60,7 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                  log_path=out_dir / "tritonserver.log", say=_say) as session:
         assert session.control is not None
         distributed = bool(getattr(args, "workers", 0) or getattr(args, "master", False))
-        run = new_run(session, out_dir, args.seed, distributed, spec, tune, baseline)
+        run = new_run(session, out_dir, seed=args.seed, distributed=distributed,
+                      capacity=spec, tune=tune, baseline=baseline)
         if carried is not None:
             run.result.carried_phases, run.result.carried_histograms = carried
         if spec is not None:
@@ -207,35 +209,6 @@ def with_repeats(scenario: Any, args: argparse.Namespace) -> Any:
     return dataclasses.replace(scenario, repeats=rounds, auto=True, max_time_s=seconds)
 
 
-def new_run(session: Any, out_dir: Path, seed: int, distributed: bool, capacity: Any = None,
-            tune: Any = None, baseline: dict[str, Any] | None = None) -> Any:
-    """The Run, with the drive, conductor and reporter this command chose (run/run.py)."""
-    import functools
-
-    from loadkit.locust.distributed import MasterDrive
-    from loadkit.locust.local_drive import LocalDrive
-    from loadkit.plan import build_plan
-    from loadkit.report import Files
-    from loadkit.run.capacity import CapacityConductor
-    from loadkit.run.conductor import Conductor
-    from loadkit.run.run import Run
-    from loadkit.run.tune import TuneConductor, trial_scenario
-
-    scenario, address = session.scenario, session.address
-    # `loadkit tune` walks trials of its own load; its plan is that load as one phase
-    plan = build_plan(scenario if tune is None else trial_scenario(scenario))
-
-    def drive(plan: Any, events: Any) -> Any:
-        if distributed:
-            return MasterDrive(scenario, plan, address, events)
-        return LocalDrive(scenario, plan, address, seed)
-
-    conductor: Any = (functools.partial(CapacityConductor, spec=capacity) if capacity
-                      else functools.partial(TuneConductor, opts=tune) if tune else Conductor)
-    return Run(scenario, address, session.control, out_dir, session.embedded, drive=drive,
-               reporter=Files(), conductor=conductor, plan=plan, baseline=baseline)
-
-
 def _exporter(run: Any, args: argparse.Namespace) -> Any:
     """`--prometheus-port`: loadkit's live metrics while the run lasts (run/exporter.py)."""
     if not args.prometheus_port:
@@ -360,7 +333,6 @@ def _drive(run: Any, env: Any, args: argparse.Namespace, out_dir: Path) -> int:
     import gevent
 
     from loadkit.cli.progress import report_progress
-    from loadkit.slo import FAILING
 
     workers: Any = None
     if getattr(args, "workers", 0) or getattr(args, "master", False):
@@ -407,14 +379,9 @@ def _drive(run: Any, env: Any, args: argparse.Namespace, out_dir: Path) -> int:
             workers.stop()
         for h in handlers:
             h.cancel()
-    code = run.conductor.exit_code
-    if code == 0 and run.result.status != "complete":
-        code = EXIT_FAILED
-    if code == 0 and any(o["status"] in FAILING for o in run.result.thresholds):
-        code = EXIT_FAILED  # an SLO gate failed: CI reads 1 (2 stays bad input)
-    if code == 0 and run.result.tune and run.result.tune.get("best") is None:
+    code = run.exit_code()
+    if run.result.tune and run.result.tune.get("best") is None:
         err("tune: no config kept the constraints (see the ranked table)")
-        code = EXIT_FAILED
     if run.result.status != "complete":
         err(f"run {run.result.status}: {run.result.reason}")
     return code

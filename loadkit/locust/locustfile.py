@@ -27,21 +27,16 @@ from locust import events
 from locust.runners import MasterRunner, WorkerRunner
 
 from loadkit.errors import LoadkitError
-from loadkit.events import EventLog
-from loadkit.exits import EXIT_BAD_INPUT, err, report_error
+from loadkit.exits import EXIT_BAD_INPUT, EXIT_SIGINT, err, report_error
 from loadkit.locust import webui
+from loadkit.locust.assembly import new_run
 from loadkit.locust.bootstrap import PATCHED, PATCHED_MESSAGE, reexec_unpatched
-from loadkit.locust.distributed import MasterDrive, WorkerAgent
-from loadkit.locust.local_drive import LocalDrive
+from loadkit.locust.distributed import WorkerAgent
 from loadkit.locust.shape import LoadkitShape
 from loadkit.locust.users import TritonUser
-from loadkit.plan import Plan
-from loadkit.report import Files
-from loadkit.run.drive import Drive
 from loadkit.run.run import Run
 from loadkit.run.session import Session, default_out
 from loadkit.scenario import load_scenario
-from loadkit.slo import FAILING
 
 __all__ = ["LoadkitShape", "TritonUser"]
 
@@ -67,6 +62,8 @@ def _add_arguments(parser: Any) -> None:
         env_var="LOADKIT_METRICS",
     )
     parser.add_argument("--loadkit-out", default="", help="report folder (default reports/...)")
+    parser.add_argument("--loadkit-seed", type=int, default=0,
+                        help="seed for the request mix (as `loadkit run --seed`; default 0)")
 
 
 class _LocustSession:
@@ -79,6 +76,7 @@ class _LocustSession:
             raise LoadkitError("--scenario is required (a loadkit scenario YAML)")
         scenario = load_scenario(opts.scenario)
         self.out = opts.loadkit_out
+        self.seed = opts.loadkit_seed
         self.target = Session(scenario, opts.triton_target or scenario.target.grpc,
                               opts.triton_metrics or None)
         self.scenario = self.target.scenario
@@ -87,18 +85,10 @@ class _LocustSession:
     def new_run(self) -> Run:
         out = Path(self.out) if self.out else default_out(self.scenario.name)
         assert self.target.control is not None
-        distributed = isinstance(self.environment.runner, MasterRunner)
-        scenario, address = self.scenario, self.target.address
-
-        def drive(plan: Plan, events: EventLog) -> Drive:
-            if distributed:
-                return MasterDrive(scenario, plan, address, events)
-            return LocalDrive(scenario, plan, address)
-
-        run = Run(scenario, address, self.target.control, out, self.target.embedded,
-                  drive=drive, reporter=Files())
+        run = new_run(self.target, out, seed=self.seed,
+                      distributed=isinstance(self.environment.runner, MasterRunner),
+                      renew=self.new_run)
         run.attach(self.environment)
-        run.session = self  # type: ignore[attr-defined]
         return run
 
     def close(self) -> None:
@@ -149,17 +139,15 @@ def _on_init(environment: Any, **_: Any) -> None:
     def _on_quit(**_: Any) -> None:
         run = environment.loadkit
         if run.conductor.greenlet is not None and not run.conductor.finished.is_set():
-            run.conductor.abort("interrupted" if interrupted["signal"] else "Locust quit", 0)
+            run.conductor.abort("interrupted" if interrupted["signal"] else "Locust quit",
+                                EXIT_SIGINT if interrupted["signal"] else 0)
             run.conductor.finished.wait(30)
         session.close()
         if (Path(run.out_dir) / "summary.md").exists():
             print((Path(run.out_dir) / "summary.md").read_text())
         print(f"loadkit report: {run.out_dir}", file=sys.stderr)
         if environment.process_exit_code is None and run.conductor.greenlet is not None:
-            failed = run.result.status != "complete" or any(
-                o["status"] in FAILING for o in run.result.thresholds)
-            environment.process_exit_code = (130 if interrupted["signal"] and
-                                             run.result.status == "interrupted" else int(failed))
+            environment.process_exit_code = run.exit_code()
 
 
 def _prefill_form(environment: Any, session: _LocustSession) -> None:

@@ -23,5 +23,5 @@ class LoadkitShape(LoadTestShape):
         super().reset_time()
         runner = self.runner
         run = getattr(runner.environment, "loadkit", None) if runner is not None else None
-        if run is not None and run.conductor.finished.is_set() and hasattr(run, "session"):
-            run.session.new_run()
+        if run is not None and run.conductor.finished.is_set() and run.renew is not None:
+            run.renew()

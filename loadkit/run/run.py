@@ -19,13 +19,14 @@ from loadkit.clock import utcnow
 from loadkit.control.client import ServerControl
 from loadkit.control.controller import Controller
 from loadkit.events import EventLog, ReportRenderFailed
+from loadkit.exits import EXIT_FAILED, EXIT_OK
 from loadkit.plan import Plan, build_plan
 from loadkit.run.accounting import template_calls
 from loadkit.run.conductor import Conductor, Hub
 from loadkit.run.drive import Drive
 from loadkit.run.results import RunResult
 from loadkit.scenario import Scenario
-from loadkit.slo import Outcome, evaluate
+from loadkit.slo import FAILING, Outcome, evaluate
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class Run:
         conductor: ConductorFactory = Conductor,
         plan: Plan | None = None,
         baseline: dict[str, Any] | None = None,
+        renew: Callable[[], Run] | None = None,
     ):
         self.scenario = scenario
         self.plan: Plan = plan if plan is not None else build_plan(scenario)
@@ -66,6 +68,8 @@ class Run:
         # `--baseline DIR`'s results.json: `repeats: auto` looks at the comparisons against
         # it too (the CI gate's), not only at the run's own phases
         self.baseline = baseline
+        # the web UI's next start, once this run has finished (locust/shape.py); None: one run
+        self.renew = renew
         self.result = RunResult(scenario.name, scenario.redacted(), address, embedded, utcnow())
         self.events = EventLog(self.result.events)
         self.result.requests = list(self.plan.requests)
@@ -91,6 +95,21 @@ class Run:
         self.conductor: Conductor = conductor(self)
         self.environment: Any = None
         self.last_report: dict[str, Any] = {}
+
+    def exit_code(self) -> int:
+        """The run's one exit-code decision, for the CLI and the locustfile alike: an abort's
+        own code (130 / 143 interrupted, 1 failed), else 1 when the run is not complete, a
+        threshold or SLO failed, or tune kept no config; else 0."""
+        code = self.conductor.exit_code
+        if code:
+            return code
+        if self.result.status != "complete":
+            return EXIT_FAILED
+        if any(o["status"] in FAILING for o in self.result.thresholds):
+            return EXIT_FAILED  # an SLO gate: CI reads 1 (2 stays bad input)
+        if self.result.tune and self.result.tune.get("best") is None:
+            return EXIT_FAILED
+        return EXIT_OK
 
     def attach(self, environment: Any) -> None:
         environment.loadkit = self
