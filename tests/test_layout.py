@@ -210,17 +210,49 @@ def _host_members() -> set[str]:
     return {m for m in out if not m.startswith("_")}
 
 
+FRAMING = ("loadkit.engine.core", "loadkit.transport.call", "loadkit.transport.connection",
+           "tritonclient")
+
+
+def _chain(node: ast.AST) -> list[str]:
+    """The names of an attribute chain, root first: `engine.streams.goodput` -> [engine,
+    streams, goodput] (subscripts looked through)."""
+    out: list[str] = []
+    while isinstance(node, ast.Attribute | ast.Subscript):
+        if isinstance(node, ast.Attribute):
+            out.append(node.attr)
+        node = node.value
+    if isinstance(node, ast.Name):
+        out.append(node.id)
+    return out[::-1]
+
+
 def seam_breaches(sources: dict[str, str], members: set[str]) -> list[str]:
-    """Where a load model reaches past the lane interface: an import of the engine's core, or
-    `engine.X` / `self.engine.X` with X not a member of Host."""
+    """Where a load model reaches past the lane interface: an import of the engine's core or
+    of the wire's framing (protobuf, gRPC frames), `engine.X` / `self.engine.X` with X not a
+    member of Host, a write through the engine (`engine.streams.x = ...`), a read or write of
+    the window's fields (it is handed back to the Host's verbs whole), or a payload sliced
+    (framing is the transport's encoder's)."""
     out = []
     for name, text in sorted(sources.items()):
         for node in ast.walk(ast.parse(text)):
-            if isinstance(node, ast.ImportFrom) and node.module == "loadkit.engine.core":
-                out.append(f"{name} imports loadkit.engine.core")
+            if isinstance(node, ast.ImportFrom | ast.Import):
+                modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
+                    a.name for a in node.names]
+                out += [f"{name} imports {m}" for m in modules if m.startswith(FRAMING)]
+            if isinstance(node, ast.Assign | ast.AugAssign):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    chain = _chain(target)
+                    if "engine" in chain[:-1] or "window" in chain[:-1]:
+                        out.append(f"{name}:{node.lineno} writes {'.'.join(chain)}")
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and \
+                    node.value.id == "payload":
+                out.append(f"{name}:{node.lineno} slices a payload")
             if not isinstance(node, ast.Attribute):
                 continue
             owner = node.value
+            if isinstance(owner, ast.Name) and owner.id == "window":
+                out.append(f"{name}:{node.lineno} window.{node.attr}")
             is_engine = (isinstance(owner, ast.Name) and owner.id == "engine") or (
                 isinstance(owner, ast.Attribute) and owner.attr == "engine")
             if is_engine and node.attr not in members:
@@ -236,10 +268,21 @@ def test_load_models_use_only_the_lane_interface() -> None:
     assert {"send", "count", "gate", "payload", "slot", "release"} <= members, members
     sources = {p.name: p.read_text() for p in (PACKAGE / "loads").glob("*.py")}
     assert seam_breaches(sources, members) == []
-    # a load model that reaches into the engine is found
+    # a load model that reaches into the engine is found, however deep the chain
     assert seam_breaches({"x.py": "from loadkit.engine.core import Engine\n"
                                   "def f(engine):\n    return engine.idle_slots\n"}, members) == [
         "x.py imports loadkit.engine.core", "x.py:3 engine.idle_slots"]
+    breaches = seam_breaches({"y.py": (
+        "from tritonclient.grpc import service_pb2\n"
+        "def f(engine, window, payload):\n"
+        "    engine.recorder.window.sent += 1\n"
+        "    window.sent += 1\n"
+        "    engine.streams.goodput = None\n"
+        "    return payload[5:]\n")}, members)
+    for found in ("y.py imports tritonclient.grpc", "y.py:3 writes engine.recorder.window.sent",
+                  "y.py:3 engine.recorder", "y.py:4 writes window.sent", "y.py:4 window.sent",
+                  "y.py:5 writes engine.streams.goodput", "y.py:6 slices a payload"):
+        assert found in breaches, (found, breaches)
     # every load kind the scenario accepts has a registered model
     from loadkit.loads.registry import MODELS
     assert set(MODELS) == {"concurrency", "rate", "replay"}

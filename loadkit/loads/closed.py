@@ -39,7 +39,8 @@ async def run_closed(engine: Host, lane: Lane) -> None:
     gate, loop = engine.gate, engine.loop
     assert gate is not None and loop is not None
     names, payload, pick, rng = engine.names, engine.payload, engine.pick, lane.rng
-    think, recorder, streams = engine.think_time_s, engine.recorder, engine.streams
+    think, streams, sent, current = (engine.think_time_s, engine.streams, engine.sent,
+                                     engine.window)
     slot = lane.slot
     over: asyncio.Future[None] = loop.create_future()
     pause: asyncio.TimerHandle | None = None
@@ -50,9 +51,8 @@ async def run_closed(engine: Host, lane: Lane) -> None:
                 over.set_result(None)
             return
         i = pick(rng)
-        window = recorder.window
-        if window is not None:
-            window.sent += 1
+        window = current()
+        sent(window)
         engine.send(slot, payload(i, rng, window), functools.partial(finished, i, window),
                     streams.streaming[i] and streams.mode(i, rng))
 

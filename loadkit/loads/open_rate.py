@@ -98,14 +98,13 @@ class _Schedule:
     def send_due(self, now: int) -> float | None:
         """Every arrival due by `now`; when the next one is due (ns)."""
         engine, lane = self.engine, self.lane
-        pick, recorder, rng = engine.pick, engine.recorder, self.rng
+        pick, rng = engine.pick, self.rng
         while self.next_ns <= now:
             i = pick(lane.rng)
-            window = recorder.window
+            window = engine.window()
             scheduled_ns = int(self.next_ns)
             self.next_ns += rng.expovariate(1.0) * self.mean_ns if self.poisson else self.mean_ns
-            if window is not None:
-                window.scheduled += 1
+            engine.scheduled(window)
             self.arrive(i, scheduled_ns, now, window)
         return self.next_ns
 
@@ -113,25 +112,20 @@ class _Schedule:
                entry: int = -1) -> None:
         """One scheduled arrival of template i: sent, late or dropped (a sequence's start,
         where the mix has sequences); `entry`: the pool entry a mooncake line sends."""
-        engine, names = self.engine, self.engine.names
+        engine = self.engine
         late_ns = now - scheduled_ns
         late = late_ns > self.tolerance_ns
         if self.seqs is not None:
             if self.seqs.arrive(i, scheduled_ns, window, late):
-                if window is not None:
-                    window.sent_late(names[i], late_ns // 1000)
-            elif window is not None:
-                window.dropped[names[i]] += 1
+                engine.lateness(window, i, late_ns // 1000)
+            else:
+                engine.dropped(window, i)
             return
         if self.in_flight >= self.cap:
-            if window is not None:
-                window.dropped[names[i]] += 1
+            engine.dropped(window, i)
             return
-        if window is not None:
-            window.sent += 1
-            window.sent_late(names[i], late_ns // 1000)
-            if late:
-                window.late[names[i]] += 1
+        engine.sent(window, i, late=late)
+        engine.lateness(window, i, late_ns // 1000)
         slot = engine.slot()
         self.in_flight += 1
         rng = self.lane.rng
@@ -141,7 +135,7 @@ class _Schedule:
         else:
             payload = engine.payload(i, rng, window)
         engine.send(slot, payload, functools.partial(
-            self.finished, slot, names[i], scheduled_ns, window),
+            self.finished, slot, engine.names[i], scheduled_ns, window),
             engine.streams.streaming[i] and engine.streams.mode(i, rng))
 
     def finished(self, slot: Slot, name: str, scheduled_ns: int, window: StepWindow | None,
@@ -175,7 +169,7 @@ class _Replay(_Schedule):
     def send_due(self, now: int) -> float | None:
         """Every recorded arrival due by `now`; when the next is due (None: the file is done,
         and the gate is only looked at every IDLE_S)."""
-        pick, recorder, offsets = self.engine.pick, self.engine.recorder, self.offsets_ns
+        pick, offsets = self.engine.pick, self.offsets_ns
         n, rng = len(offsets), self.lane.rng
         while True:
             if self.k == n:
@@ -189,7 +183,6 @@ class _Replay(_Schedule):
             j = self.template_of[self.k]
             entry = self.entry_of[self.k] if self.entry_of is not None else -1
             self.k += 1
-            window = recorder.window
-            if window is not None:
-                window.scheduled += 1
+            window = self.engine.window()
+            self.engine.scheduled(window)
             self.arrive(pick(rng) if j < 0 else j, int(due), now, window, entry)

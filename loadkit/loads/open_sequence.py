@@ -77,13 +77,10 @@ class OpenSequences:
             corr = tracker.take()
             data = self.engine.requests.next_sequence(i, self.lane.rng)
             seq = _Open(i, data[1] if data else length(spec, self.lane.rng), corr,
-                        id_bytes(spec, corr), scheduled_ns, self.engine.epoch,
+                        id_bytes(self.engine, spec, corr), scheduled_ns, self.engine.epoch,
                         entry=data[0] if data else -1)
         self.open.add(seq)
-        if window is not None:
-            window.sent += 1
-            if late:
-                window.late[self.engine.names[i]] += 1
+        self.engine.sent(window, i, late=late)
         self._send(seq, window, scheduled_ns)
         return True
 
@@ -99,10 +96,9 @@ class OpenSequences:
                                                          scheduled_ns), engine.streams.streaming[i])
 
     def _send_next(self, seq: _Open) -> None:
-        window = self.engine.recorder.window
-        if window is not None:
-            window.scheduled += 1
-            window.sent += 1
+        window = self.engine.window()
+        self.engine.scheduled(window)
+        self.engine.sent(window)
         self._send(seq, window, time.perf_counter_ns())
 
     def _finished(self, seq: _Open, window: StepWindow | None, scheduled_ns: int,
@@ -119,8 +115,8 @@ class OpenSequences:
             self._drop(seq)  # its END may not have arrived: end_dangling sends it again
             return
         elif result.error is not None or seq.left == 0:
-            if result.error is None and seq.ids and window is not None and not seq.failed:
-                window.sequence_done(name, (result.end_ns - seq.started_ns) // 1000)
+            if result.error is None and seq.ids and not seq.failed:
+                engine.sequence_done(window, seq.template, (result.end_ns - seq.started_ns) // 1000)
             self._close(seq)
             return
         if not self._may_send():

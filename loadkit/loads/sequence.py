@@ -3,9 +3,9 @@ flight, START on a sequence's first request and END on its last, under a correla
 other open sequence has. Concurrency is the number of sequences in flight. Templates without a
 `sequence` in the same mix are sequences of one request.
 
-The flags and the id are KServe request parameters (`sequence_id`, `sequence_start`,
-`sequence_end`), appended to the template's prepared request as serialized map entries
-(protobuf merges repeated fields on concatenation), so nothing is re-serialized per request.
+The flags and the id are KServe request parameters, added to the template's prepared request
+by the transport's encoder (Host.in_sequence, transport/payloads.py): nothing is re-serialized
+per request, and no framing happens here.
 """
 
 from __future__ import annotations
@@ -18,32 +18,17 @@ import random
 import time
 from dataclasses import dataclass
 
-from tritonclient.grpc import service_pb2
-
 from loadkit.engine.host import Host, LaneRunner
 from loadkit.engine.slots import Lane, Result, Slot
 from loadkit.loads.closed import go_on
 from loadkit.record import StepWindow
 from loadkit.scenario import ConcurrencyLoad, Scenario, SequenceSpec
-from loadkit.transport.call import frame
 
 log = logging.getLogger("loadkit.sequence")
 
 
-def _param(key: str, **value: object) -> bytes:
-    req = service_pb2.ModelInferRequest()
-    req.parameters[key].CopyFrom(service_pb2.InferParameter(**value))
-    return req.SerializeToString()
-
-
-START = _param("sequence_start", bool_param=True)
-END = _param("sequence_end", bool_param=True)
-
-
-def id_bytes(spec: SequenceSpec, corr: int) -> bytes:
-    if spec.id_type == "string":
-        return _param("sequence_id", string_param=str(corr))
-    return _param("sequence_id", int64_param=corr)
+def id_bytes(engine: Host, spec: SequenceSpec, corr: int) -> bytes:
+    return engine.sequence_id(spec.id_type, corr)
 
 
 def length(spec: SequenceSpec, rng: random.Random) -> int:
@@ -132,12 +117,7 @@ def sequence_request(engine: Host, i: int, rng: random.Random, window: StepWindo
         payload = engine.requests.draw_at(i, entry, window)
     else:
         payload = engine.payload(i, rng, window)
-    return flagged(payload, ids, first, last) if ids else payload
-
-
-def flagged(payload: bytes, ids: bytes, first: bool, last: bool) -> bytes:
-    """A framed request with a sequence's id and its START / END flags appended."""
-    return frame(payload[5:] + ids + (START if first else b"") + (END if last else b""))
+    return engine.in_sequence(payload, ids, first, last) if ids else payload
 
 
 def answered(result: Result) -> bool:
@@ -200,7 +180,7 @@ class _SequenceLane:
             state.left = length(spec, rng)
         state.corr = tracker.take()
         state.tracker = tracker
-        state.ids = id_bytes(spec, state.corr)
+        state.ids = id_bytes(self.engine, spec, state.corr)
 
     def send_next(self) -> None:
         engine, lane, state = self.engine, self.lane, self.state
@@ -215,9 +195,8 @@ class _SequenceLane:
         if not state.left:
             self._start(state)
         i = state.template
-        window = engine.recorder.window
-        if window is not None:
-            window.sent += 1
+        window = engine.window()
+        engine.sent(window)
         payload = sequence_request(engine, i, lane.rng, window, state.entry, state.ids,
                                    state.first, state.left == 1)
         if state.entry >= 0:
@@ -240,8 +219,8 @@ class _SequenceLane:
                 state.drop()
         elif state.left == 0 and state.ids:
             state.close()
-            if window is not None and not state.failed:
-                window.sequence_done(engine.names[i], (result.end_ns - state.started_ns) // 1000)
+            if not state.failed:
+                engine.sequence_done(window, i, (result.end_ns - state.started_ns) // 1000)
         self.pause = go_on(self.loop, engine.think_time_s, result, self.send_next)
 
 
@@ -249,7 +228,7 @@ def end_dangling(engine: Host, ids: list[Ids | None], lanes: bool) -> int:
     """(Engine thread, gate closed.) Send an END for every sequence the server may still hold
     open (with `lanes`, first let go of the lanes' open sequences: a phase or the run ends),
     outside any window; each id goes back when its END is answered, however. The number
-    sent; the caller waits for `engine.drained`."""
+    sent; the caller waits for the engine to drain them (Host.expect_drain)."""
     if lanes:
         for lane in list(engine.lanes):
             drop = getattr(lane.state, "drop", None)
@@ -262,10 +241,11 @@ def end_dangling(engine: Host, ids: list[Ids | None], lanes: bool) -> int:
         for corr, entry in sorted(tracker.dangling.items()):
             i = tracker.template
             payload = engine.requests.pools[i][entry] if entry >= 0 else engine.requests.first[i]
-            payload = flagged(payload, id_bytes(tracker.spec, corr), False, True)
+            payload = engine.in_sequence(payload, id_bytes(engine, tracker.spec, corr), False,
+                                         True)
             slot = engine.slot()
             if not sent:
-                engine.drained.clear()
+                engine.expect_drain()
             sent += 1
             engine.send(slot, payload, functools.partial(_ended, engine, tracker, corr, slot),
                         engine.streams.streaming[tracker.template])

@@ -156,3 +156,29 @@ def prepare_pool(template: RequestTemplate) -> list[bytes]:
     if template.dataset is not None:
         return list(_from_dataset(template))
     return list(_generated(template))
+
+
+# ---- a sequence's id and flags: KServe request parameters (`sequence_id`, `sequence_start`,
+# `sequence_end`) appended to a prepared request as serialized map entries (protobuf merges
+# repeated fields on concatenation), so nothing is re-serialized per request ----------------
+def _param(key: str, **value: object) -> bytes:
+    req = service_pb2.ModelInferRequest()
+    req.parameters[key].CopyFrom(service_pb2.InferParameter(**value))
+    return req.SerializeToString()
+
+
+START = _param("sequence_start", bool_param=True)
+END = _param("sequence_end", bool_param=True)
+
+
+def sequence_id(id_type: str, corr: int) -> bytes:
+    """A correlation id as the parameter a model declares (`string` or `uint64`)."""
+    if id_type == "string":
+        return _param("sequence_id", string_param=str(corr))
+    return _param("sequence_id", int64_param=corr)
+
+
+def in_sequence(framed: bytes, ids: bytes, first: bool, last: bool) -> bytes:
+    """A framed request with a sequence's id and its START / END flags appended."""
+    body = framed[5:] + ids + (START if first else b"") + (END if last else b"")
+    return b"\x00" + len(body).to_bytes(4, "big") + body

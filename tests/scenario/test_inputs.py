@@ -171,8 +171,9 @@ def test_one_payload_measures_the_response_cache_a_pool_measures_the_model(
 def test_sequence_flags_ride_on_the_prepared_request() -> None:
     """The prepared request with the id and flags appended decodes as one request carrying
     sequence_id, sequence_start and sequence_end, its inputs untouched."""
-    from loadkit.loads.sequence import END, START, Ids, id_bytes
+    from loadkit.loads.sequence import Ids
     from loadkit.scenario import SequenceSpec
+    from loadkit.transport.payloads import END, START, sequence_id
 
     base = service_pb2.ModelInferRequest(model_name="accumulate")
     base.raw_input_contents.append(b"\x01\x00\x00\x00")
@@ -183,12 +184,12 @@ def test_sequence_flags_ride_on_the_prepared_request() -> None:
     ids.give_back(first)
     assert ids.take() == 7  # the only free one
     req = service_pb2.ModelInferRequest.FromString(
-        base.SerializeToString() + id_bytes(spec, 7) + START + END)
+        base.SerializeToString() + sequence_id(spec.id_type, 7) + START + END)
     assert req.parameters["sequence_id"].int64_param == 7
     assert req.parameters["sequence_start"].bool_param
     assert req.parameters["sequence_end"].bool_param
     assert req.raw_input_contents[0] == b"\x01\x00\x00\x00"
-    text = id_bytes(SequenceSpec(4, id_type="string"), 12)
+    text = sequence_id("string", 12)
     assert service_pb2.ModelInferRequest.FromString(text).parameters[
         "sequence_id"].string_param == "12"
 
