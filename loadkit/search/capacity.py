@@ -145,17 +145,19 @@ class Search:
                 self.lo = max(held) if held else None
 
     def _edge(self) -> tuple[float, str] | None:
-        """After the confirmation: where no probe held (broke) the SLO with confidence, one
-        more 15% below (above) the answer, at most MAX_EDGES a side, so that the answer's
-        interval has both ends (None: done)."""
+        """After the confirmation, at most MAX_EDGES probes a side, each 15% further out: below
+        the lowest rate whose SLO was not held with confidence until one holds with confidence
+        (so that below the interval every probe held), and above the answer until one breaks
+        with confidence (the interval's top). None: done."""
         if all(p.outcome == "no interval" for p in self.probes):
             return None  # probes without intervals: another would not have one either
         low, high = self.interval()
         edges = [p for p in self.probes if p.kind == "edge"]
-        if low is None and self.lo is not None:
-            below = [p for p in edges if p.rate < self.lo]
+        if low is not None and not any(p.outcome == "held" and p.rate < low
+                                       for p in self.probes):
+            below = [p for p in edges if p.rate < low]
             if len(below) < MAX_EDGES:
-                rate = round(min([self.lo, *(p.rate for p in below)]) * (1 - EDGE_STEP), 2)
+                rate = round(min([low, *(p.rate for p in below)]) * (1 - EDGE_STEP), 2)
                 if rate >= self.min_rate:
                     return rate, "edge"
         if high is None and self.hi is not None:
@@ -167,16 +169,17 @@ class Search:
         return None
 
     def interval(self) -> tuple[float | None, float | None]:
-        """The answer's interval from the probes' confident outcomes: the highest rate that
-        held with confidence and the lowest that broke with confidence (between them, probes
-        were inconclusive: another run may put the answer anywhere there). None at an end no
-        probe reached."""
-        held = [p.rate for p in self.probes if p.outcome == "held"]
+        """The answer's interval across runs, from the probes' outcomes judged with their
+        intervals: from the lowest rate whose SLO was not held with confidence (below it,
+        every probe held) to the lowest that broke it with confidence. In between, probes were
+        inconclusive (or contradicted each other as the server's speed moved): another run may
+        answer anywhere there. None at an end no probe reached."""
+        unsure = [p.rate for p in self.probes if p.outcome in ("inconclusive", "broken")]
         broke = [p.rate for p in self.probes if p.outcome == "broken"]
-        low, high = (max(held) if held else None), (min(broke) if broke else None)
-        if low is not None and high is not None and low > high:  # the server moved between
-            low, high = high, low  # probes: the interval spans both, and says so
-        return low, high
+        low = min(unsure) if unsure else None
+        if low is not None and self.lo is not None:
+            low = min(low, self.lo)  # the answer itself lies in its interval
+        return low, (min(broke) if broke else None)
 
     @property
     def best(self) -> Probe | None:
@@ -231,8 +234,7 @@ def _interval(search: Search, replay_rate: float | None) -> dict[str, Any]:
     """The answer's interval (rates, and a replay's speeds) with what it means."""
     low, high = search.interval()
     held = [p.rate for p in search.probes if p.outcome == "held"]
-    broke = [p.rate for p in search.probes if p.outcome == "broken"]
-    crossed = bool(held and broke and max(held) > min(broke))
+    crossed = bool(held and low is not None and max(held) > low)
     scale = replay_rate if replay_rate is not None else 1.0
     out: dict[str, Any] = {
         "interval": [None if low is None else round(low * scale, 2),
@@ -242,14 +244,13 @@ def _interval(search: Search, replay_rate: float | None) -> dict[str, Any]:
     if all(p.outcome == "no interval" for p in search.probes):
         out["interval_note"] = ("no probe had an interval (a replay's seconds follow its "
                                 "file: measure each probe in rounds, --repeats 3 or auto)")
-    elif crossed:
-        out["interval_note"] = ("a rate held with confidence above one that broke with "
-                                "confidence: the server's speed moved between probes")
     else:
-        out["interval_note"] = ("from the highest rate that held the SLO with confidence to "
-                                "the lowest that broke it with confidence"
+        out["interval_note"] = ("from the lowest rate whose SLO was not held with confidence "
+                                "to the lowest that broke it with confidence"
                                 + ("" if low is not None and high is not None else
-                                   "; an end no probe reached with confidence is open"))
+                                   "; an end no probe reached is open")
+                                + ("; a rate held with confidence above the interval's start: "
+                                   "the server's speed moved between probes" if crossed else ""))
     return out
 
 

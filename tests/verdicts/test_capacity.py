@@ -118,8 +118,10 @@ def test_the_answer_carries_the_interval_where_the_slo_held_and_broke_with_confi
     edges = [r for r, k in asked if k == "edge"]
     assert edges and s.confirmed, asked
     low, high = s.interval()
-    assert low is not None and high is not None and low <= 730 * 0.8 and high >= 730 * 1.2
-    assert low < s.lo < high
+    # below the interval every probe held with confidence; its top broke with confidence
+    assert low is not None and high is not None and high >= 730 * 1.2
+    assert low <= s.lo < high and low <= 730 <= high
+    assert any(p.outcome == "held" and p.rate < low for p in s.probes)
     out = phase_summary("p", s, "found", "", None, 0.3, 1.0)
     assert out["interval"] == [low, high] and "with confidence" in out["interval_note"]
     # no probe with an interval: no edge probes, and the summary says why
