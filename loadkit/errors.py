@@ -21,7 +21,7 @@ class LoadkitError(Exception):
     exit_code = 2
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Problem:
     """One thing wrong with a scenario, in the user's own terms."""
 

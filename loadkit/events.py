@@ -38,7 +38,7 @@ class RunEvent:
 
 
 # ---- the controller -------------------------------------------------------------------------
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ConfigApplied(RunEvent):
     name: ClassVar[str] = "config_applied"
     phase: str
@@ -46,7 +46,7 @@ class ConfigApplied(RunEvent):
     reload_s: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ConfigRefused(RunEvent):
     """Triton refused the phase's config (`config_rejected`) or did not load it in time
     (`config_timeout`)."""
@@ -72,7 +72,7 @@ class ConfigRestored(RunEvent):
     phase: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RestoreFailed(RunEvent):
     name: ClassVar[str] = "restore_failed"
     model: str
@@ -119,7 +119,7 @@ class SequencesEnded(RunEvent):
     count: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ThresholdAbort(RunEvent):
     name: ClassVar[str] = "threshold_abort"
     phase: str
@@ -127,7 +127,7 @@ class ThresholdAbort(RunEvent):
     detail: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServerLost(RunEvent):
     name: ClassVar[str] = "server_lost"
     at: str
@@ -162,7 +162,7 @@ class WorkerRefused(RunEvent):
     detail: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerLost(RunEvent):
     name: ClassVar[str] = "worker_lost"
     at: str
@@ -175,7 +175,7 @@ class WorkerLost(RunEvent):
                 "users": self.users, "step": self.step}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WorkerReportTimeout(RunEvent):
     name: ClassVar[str] = "worker_report_timeout"
     workers: list[str]

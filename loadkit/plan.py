@@ -66,7 +66,7 @@ class Replayed:
                 **({"notes": list(self.notes)} if self.notes else {})}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Arrivals:
     """An open-loop step's schedule: the whole run's rate, how it arrives, its limits (a
     replay's rate is its file's mean at the step's speed)."""
@@ -79,7 +79,7 @@ class Arrivals:
     replay: Replayed | None = field(default=None, compare=False)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Step:
     """One load level. Closed loop: `concurrency` users. Open loop (`arrivals` set): one user
     per process runs the schedule, so `concurrency` is 1 there."""
@@ -122,7 +122,7 @@ class Step:
         return f"concurrency {self.concurrency}" if a is None else f"rate {a.rate:g}/s"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PhasePlan:
     index: int
     name: str
@@ -133,7 +133,7 @@ class PhasePlan:
     mix: dict[str, float] = field(default_factory=dict)  # template -> weight in this phase
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     scenario: str
     phases: tuple[PhasePlan, ...]
@@ -232,12 +232,14 @@ def build_plan(scenario: Scenario) -> Plan:
         if isinstance(load, RateLoad):
             steps = tuple(
                 Step(
-                    i, ph.name, j, 1, load.warmup_s, load.step_duration_s,
-                    Arrivals(
-                        r, load.arrival, load.seed + j, load.max_concurrency,
-                        load.late_tolerance_s,
+                    phase_index=i, phase=ph.name, index=j, concurrency=1, warmup_s=load.warmup_s,
+                    duration_s=load.step_duration_s,
+                    arrivals=Arrivals(
+                        rate=r, arrival=load.arrival, seed=load.seed + j,
+                        max_concurrency=load.max_concurrency,
+                        late_tolerance_s=load.late_tolerance_s,
                     ),
-                    load.stable,
+                    stable=load.stable,
                 )
                 for j, r in enumerate(load.levels)
             )
@@ -246,17 +248,20 @@ def build_plan(scenario: Scenario) -> Plan:
                           for j, speed in enumerate(load.levels))
         else:
             steps = tuple(
-                Step(i, ph.name, j, c, load.warmup_s, load.step_duration_s, None, load.stable)
+                Step(phase_index=i, phase=ph.name, index=j, concurrency=c, warmup_s=load.warmup_s,
+                     duration_s=load.step_duration_s, arrivals=None, stable=load.stable)
                 for j, c in enumerate(load.levels)
             )
-        phases.append(PhasePlan(i, ph.name, steps, ph.config, ph.requires, ph.thresholds,
-                                ph.mix or scenario.mix))
-    return Plan(scenario.name, tuple(phases), scenario.think_time_s,
-                tuple(_describe_template(t) for t in scenario.requests.values()
+        phases.append(PhasePlan(index=i, name=ph.name, steps=steps, config=ph.config,
+                                requires=ph.requires, thresholds=ph.thresholds,
+                                mix=ph.mix or scenario.mix))
+    return Plan(scenario=scenario.name, phases=tuple(phases), think_time_s=scenario.think_time_s,
+                requests=tuple(_describe_template(t) for t in scenario.requests.values()
                       if t.dataset is not None or t.pool > 1),
-                any(t.sequence is not None for t in scenario.requests.values()),
-                {n: t.batch_size for n, t in scenario.requests.items()}, scenario.repeats,
-                scenario.auto, scenario.max_time_s)
+                sequences=any(t.sequence is not None for t in scenario.requests.values()),
+                batch_sizes={n: t.batch_size for n, t in scenario.requests.items()},
+                repeats=scenario.repeats,
+                auto=scenario.auto, max_time_s=scenario.max_time_s)
 
 
 def replay_step(i: int, phase: str, j: int, load: ReplayLoad, speed: float,
@@ -273,9 +278,11 @@ def replay_step(i: int, phase: str, j: int, load: ReplayLoad, speed: float,
                         in_file=traffic.in_file, entry_of=traffic.entry_of, times=load.times,
                         notes=traffic.notes)
     rate = len(traffic.offsets) / period
-    return Step(i, phase, j, 1, load.warmup_s, load.duration_s(speed),
-                Arrivals(rate, "replay", j, load.max_concurrency, load.late_tolerance_s,
-                         replayed))
+    return Step(phase_index=i, phase=phase, index=j, concurrency=1, warmup_s=load.warmup_s,
+                duration_s=load.duration_s(speed),
+                arrivals=Arrivals(rate=rate, arrival="replay", seed=j,
+                                  max_concurrency=load.max_concurrency,
+                                  late_tolerance_s=load.late_tolerance_s, replay=replayed))
 
 
 def _trace_split(r: Replayed) -> str:

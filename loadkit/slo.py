@@ -18,7 +18,7 @@ from loadkit.plan import Plan, load_label
 from loadkit.scenario import AT_LEAST_METRICS, DURATION_METRICS, LATENCY_METRICS, Threshold
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Outcome:
     phase: str
     threshold: str  # e.g. "p99" or "p99[dense_b1]"
@@ -94,20 +94,24 @@ def check_phase(thresholds: tuple[Threshold, ...], phase: dict[str, Any]) -> lis
         limit_text = fmt_value(t.metric, t.limit)
         if phase["status"] == "skipped" or (phase["status"] != "failed" and not phase["steps"]):
             why = phase["reason"] or "no measured steps"
-            out.append(Outcome(phase["name"], t.name, t.limit, None, "skipped", "", why, t.where))
+            out.append(Outcome(phase=phase["name"], threshold=t.name, limit=t.limit, value=None,
+                               status="skipped", step="", message=why, where=t.where))
             continue
         if phase["status"] == "failed":
             out.append(
                 Outcome(
-                    phase["name"], t.name, t.limit, None, "fail", "",
-                    f"phase failed: {phase['reason']}", t.where,
+                    phase=phase["name"], threshold=t.name, limit=t.limit, value=None,
+                    status="fail", step="", message=f"phase failed: {phase['reason']}",
+                    where=t.where,
                 )
             )
             continue
         steps = [s for s in phase["steps"] if applies(t, s)]
         if not steps:
-            out.append(Outcome(phase["name"], t.name, t.limit, None, "skipped", "",
-                               f"{t.metric} applies to open-loop steps only", t.where))
+            out.append(Outcome(phase=phase["name"], threshold=t.name, limit=t.limit, value=None,
+                               status="skipped", step="",
+                               message=f"{t.metric} applies to open-loop steps only",
+                               where=t.where))
             continue
         worst: tuple[float | None, str] = (None, "")
         worst_rank = (False, float("-inf"))
@@ -133,8 +137,9 @@ def check_phase(thresholds: tuple[Threshold, ...], phase: dict[str, Any]) -> lis
         else:
             label, status = empty, "no data"
             message = f"nothing measured at {empty} (no request sent or none succeeded)"
-        out.append(Outcome(phase["name"], t.name, t.limit, value, status, label, message,
-                           t.where))
+        out.append(Outcome(phase=phase["name"], threshold=t.name, limit=t.limit, value=value,
+                           status=status, step=label, message=message,
+                           where=t.where))
     return out
 
 

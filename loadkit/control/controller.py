@@ -35,7 +35,7 @@ SETTLE_S = 0.01  # between two reads of the server's counters that must agree
 SETTLE_TRIES = 50
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PhaseOutcome:
     """What applying a phase's configs came to: `ok`, `skipped` (the host lacks what the phase
     needs) or `failed` (a config was refused or timed out), with the reason, each model's
@@ -171,7 +171,8 @@ class Controller:
             except ControlError as exc:
                 timed_out = isinstance(exc, ReloadTimeout)
                 out.status, out.reason = "failed", f"{model}: {exc}"
-                self.events.add(ConfigRefused(phase.name, model, str(exc), timed_out))
+                self.events.add(ConfigRefused(phase=phase.name, model=model, detail=str(exc),
+                                              timed_out=timed_out))
                 # A refused config leaves Triton on the last good one, which is what `applied`
                 # records. A timed-out load goes on in the server and would win when it ends:
                 # load the last good config again (Triton runs it after the slow one).
@@ -183,7 +184,8 @@ class Controller:
                 return out
             self.applied[model] = overlay
             self.applied_phase[model] = phase.name
-            self.events.add(ConfigApplied(phase.name, model, out.reload_s[model]))
+            self.events.add(ConfigApplied(phase=phase.name, model=model,
+                                          reload_s=out.reload_s[model]))
         out.config = {m: self.control.config(m) for m in self.models}
         return out
 

@@ -209,8 +209,8 @@ class MasterDrive:
             for worker, users in list(self._users_seen.items()):
                 if worker not in alive and worker not in self._lost:
                     self._lost[worker] = utcnow()
-                    self.events.add(WorkerLost(self._lost[worker], worker, users,
-                                               self.step.key if self.step else None))
+                    self.events.add(WorkerLost(at=self._lost[worker], worker=worker, users=users,
+                                               step=self.step.key if self.step else None))
                     log.warning("worker %s lost with %d users", worker, users)
             for worker, users in alive.items():
                 if users:
@@ -268,8 +268,8 @@ class MasterDrive:
         lost = sorted(w for w in self._expected if w not in self._replies and w not in pending)
         if pending:
             self.events.add(WorkerReportTimeout(
-                pending, self.step.key if self.step else None,
-                f"no final report within {timeout_s + REPLY_GRACE_S:g} s"))
+                workers=pending, step=self.step.key if self.step else None,
+                detail=f"no final report within {timeout_s + REPLY_GRACE_S:g} s"))
         was_recording, self.recording = self.recording, False
         if not was_recording or self.step is None:
             return None
@@ -290,7 +290,8 @@ class MasterDrive:
             "lost": lost,
             "timed_out": pending,
         }
-        return Collected(window, drained, cpu, rss, in_flight, workers)
+        return Collected(window=window, drained=drained, cpu_s=cpu, rss_bytes=rss,
+                         in_flight=in_flight, workers=workers)
 
     def end_sequences(self, timeout_s: float, every: bool) -> int:
         """Every worker ENDs the sequences it may have left open (LocalDrive.end_sequences);

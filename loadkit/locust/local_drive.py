@@ -196,7 +196,8 @@ class LocalDrive:
             window = self.recorder.close()
         if window is None:
             return None
-        return Collected(window, drained, cpu - self._usage0[0], rss, self.inflight)
+        return Collected(window=window, drained=drained, cpu_s=cpu - self._usage0[0],
+                         rss_bytes=rss, in_flight=self.inflight)
 
     def _take_window(self, drained: bool) -> StepWindow | None:
         """(Engine thread.) Close the window; if requests are still in flight (the drain timed

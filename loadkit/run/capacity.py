@@ -108,8 +108,9 @@ class CapacityConductor(Conductor):
         first = phase.steps[0]
         template = first.arrivals or Arrivals(rate=1.0, max_concurrency=DEFAULT_CAP)
         if not template.max_concurrency:
-            template = Arrivals(template.rate, template.arrival, template.seed, DEFAULT_CAP,
-                                template.late_tolerance_s)
+            template = Arrivals(rate=template.rate, arrival=template.arrival, seed=template.seed,
+                                max_concurrency=DEFAULT_CAP,
+                                late_tolerance_s=template.late_tolerance_s)
         if isinstance(load, ReplayLoad):  # the search moves the file's speed, not a rate
             replay = load if load.max_concurrency else dataclasses.replace(
                 load, max_concurrency=DEFAULT_CAP)
@@ -147,18 +148,23 @@ class CapacityConductor(Conductor):
                 # the answer must hold, not just once pass
                 duration = max(first.duration_s, self.spec.min_probe_s or 0.0) * (
                     CONFIRM_FACTOR if search.long(kind) else 1)
-                step = Step(phase.index, phase.name, len(pr.steps), 1, first.warmup_s, duration,
-                            Arrivals(rate, template.arrival, template.seed + len(pr.steps),
-                                     template.max_concurrency, template.late_tolerance_s))
+                step = Step(phase_index=phase.index, phase=phase.name, index=len(pr.steps),
+                            concurrency=1, warmup_s=first.warmup_s, duration_s=duration,
+                            arrivals=Arrivals(rate=rate, arrival=template.arrival,
+                                              seed=template.seed + len(pr.steps),
+                                              max_concurrency=template.max_concurrency,
+                                              late_tolerance_s=template.late_tolerance_s))
             if time.monotonic() + cost + (duration - first.duration_s) * rounds > deadline:
                 search.stopped = "budget"
                 break
             result, outcome, taken = self._probe(step, pr, rounds)
             passed, broken = judge_step(self.spec.slo, result)
             ol = result.get("open_loop", {})
-            search.record(Probe(rate, kind, passed, broken, step.index, result["latency_us"],
-                                ol.get("achieved_rate", 0.0), bool(ol.get("generator_limited")),
-                                outcome, ol.get("limited_by", ""), taken))
+            search.record(Probe(rate=rate, kind=kind, passed=passed, broken=broken,
+                                step=step.index, latency_us=result["latency_us"],
+                                achieved_rate=ol.get("achieved_rate", 0.0),
+                                generator_limited=bool(ol.get("generator_limited")),
+                                outcome=outcome, limited_by=ol.get("limited_by", ""), rounds=taken))
             self._summarize(phase, search, pr, batch)
             self.run.save()
         if self.aborted:

@@ -251,7 +251,8 @@ class Conductor:
         if broken:
             o = broken[0]
             self.abort(f"threshold {o.threshold} failed in phase {o.phase}: {o.message}", 1)
-            self.run.events.add(ThresholdAbort(o.phase, o.threshold, o.message))
+            self.run.events.add(ThresholdAbort(phase=o.phase, threshold=o.threshold,
+                                               detail=o.message))
 
     def _wait_users(self, count: int) -> None:
         runner = self.run.environment.runner
@@ -399,8 +400,8 @@ class Conductor:
         run = self.run
         target = run.scenario.target
         lost_at, self.lost_at = self.lost_at, ""
-        run.events.add(ServerLost(lost_at, step.key, target.on_server_loss,
-                                  target.server_loss_wait_s))
+        run.events.add(ServerLost(at=lost_at, step=step.key, policy=target.on_server_loss,
+                                  wait_s=target.server_loss_wait_s))
         run.save()
         self._set_stage("waiting for the server", target.server_loss_wait_s)
         t0 = time.monotonic()

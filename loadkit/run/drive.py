@@ -14,7 +14,7 @@ from loadkit.plan import Arrivals, Step
 from loadkit.record import StepWindow
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Collected:
     """What a measured window gathered, from this process or merged from every worker."""
 

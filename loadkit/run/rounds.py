@@ -94,8 +94,9 @@ class Pool:
 
     def collected(self, in_flight: int) -> Collected:
         assert self.window is not None
-        return Collected(self.window, self.drained, self.cpu_s, self.rss_bytes, in_flight,
-                         self.workers)
+        return Collected(window=self.window, drained=self.drained, cpu_s=self.cpu_s,
+                         rss_bytes=self.rss_bytes, in_flight=in_flight,
+                         workers=self.workers)
 
     def snapshots(self) -> tuple[Snapshot | None, Snapshot | None]:
         """(zero, the sums): the pair build_step_result diffs into the pooled server side;

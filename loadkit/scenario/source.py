@@ -47,7 +47,8 @@ class Source:
             path = path[:-1]
 
     def problem(self, path: KeyPath, message: str) -> Problem:
-        return Problem(self.file, self.line(path), format_path(path), message)
+        return Problem(file=self.file, line=self.line(path), path=format_path(path),
+                       message=message)
 
 
 class _Converter:
@@ -58,7 +59,8 @@ class _Converter:
         self.count = 0
 
     def fail(self, node: yaml.Node, message: str) -> ScenarioError:
-        return ScenarioError([Problem(self.file, node.start_mark.line + 1, "", message)])
+        return ScenarioError([Problem(file=self.file, line=node.start_mark.line + 1, path="",
+                                      message=message)])
 
     def convert(self, node: yaml.Node, path: KeyPath) -> Any:
         self.count += 1
@@ -68,11 +70,12 @@ class _Converter:
             raise ScenarioError(
                 [
                     Problem(
-                        self.file,
-                        line,
-                        "",
-                        f"the document expands to more than {MAX_NODES} values (anchors, aliases "
-                        "repeated too often); expected a scenario of ordinary size",
+                        file=self.file,
+                        line=line,
+                        path="",
+                        message=f"the document expands to more than {MAX_NODES} values "
+                        "(anchors, aliases repeated too often); expected a scenario of "
+                        "ordinary size",
                     )
                 ]
             )
@@ -107,14 +110,16 @@ def load_yaml(path: Path) -> Source:
         raw = path.read_bytes()
     except OSError as exc:
         raise ScenarioError(
-            [Problem(file, None, "", f"cannot read file: {exc.strerror}")]
+            [Problem(file=file, line=None, path="", message=f"cannot read file: {exc.strerror}")]
         ) from None
     if len(raw) > MAX_BYTES:
-        raise ScenarioError([Problem(file, None, "", f"file is over {MAX_BYTES} bytes")])
+        raise ScenarioError([Problem(file=file, line=None, path="",
+                                     message=f"file is over {MAX_BYTES} bytes")])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        raise ScenarioError([Problem(file, None, "", "not UTF-8 text")]) from None
+        raise ScenarioError([Problem(file=file, line=None, path="",
+                                     message="not UTF-8 text")]) from None
     return parse_text(text, file)
 
 
@@ -125,7 +130,8 @@ def parse_text(text: str, file: str = "<text>") -> Source:
     try:
         node = loader.get_single_node()
         if node is None:
-            raise ScenarioError([Problem(file, 1, "", "the file is empty; expected a scenario")])
+            raise ScenarioError([Problem(file=file, line=1, path="",
+                                         message="the file is empty; expected a scenario")])
         conv = _Converter(file, loader)
         data = conv.convert(node, ())
     except yaml.MarkedYAMLError as exc:
@@ -134,9 +140,11 @@ def parse_text(text: str, file: str = "<text>") -> Source:
         what = exc.problem or exc.context or "malformed"
         if exc.context and exc.context_mark is not None and exc.problem:
             what += f" ({exc.context} that starts at line {exc.context_mark.line + 1})"
-        raise ScenarioError([Problem(file, line, "", f"malformed YAML: {what}")]) from None
+        raise ScenarioError([Problem(file=file, line=line, path="",
+                                     message=f"malformed YAML: {what}")]) from None
     except yaml.YAMLError as exc:
-        raise ScenarioError([Problem(file, None, "", f"malformed YAML: {exc}")]) from None
+        raise ScenarioError([Problem(file=file, line=None, path="",
+                                     message=f"malformed YAML: {exc}")]) from None
     finally:
         loader.dispose()
     return Source(file, data, conv.lines)

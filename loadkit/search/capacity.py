@@ -51,7 +51,7 @@ def replicas(peak: float, max_rate: float, headroom: float) -> int:
     return math.ceil(peak / (max_rate * (1.0 - headroom)) - 1e-9)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Probe:
     rate: float
     kind: str  # bracket | bisect | confirm | edge

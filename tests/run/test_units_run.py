@@ -154,7 +154,7 @@ def test_a_restore_that_fails_is_returned_not_swallowed(scenario: Scenario) -> N
 # ---- one step's result -----------------------------------------------------------------------
 def test_step_result_accounts_client_against_server(scenario: Scenario) -> None:
     step = build_plan(scenario).steps[0]
-    got = Collected(_window(step, 40, errors=2), True, 0.5, 1 << 20)
+    got = Collected(window=_window(step, 40, errors=2), drained=True, cpu_s=0.5, rss_bytes=1 << 20)
     ok = build_step_result(_context(step, got, _snapshot(100), _snapshot(140), 2.0, "ok", 4))
     assert (ok.requests, ok.inferences, ok.throughput) == (40, 160, 80.0)
     assert ok.errors == {"UNAVAILABLE": 2}
@@ -197,7 +197,7 @@ phases: [{name: x, load: {concurrency: 1, step_duration: 1s}}]
 
 def test_step_result_without_server_counters_is_unchecked_never_zero(scenario: Scenario) -> None:
     step = build_plan(scenario).steps[0]
-    got = Collected(_window(step, 5), True, 0.1, 0)
+    got = Collected(window=_window(step, 5), drained=True, cpu_s=0.1, rss_bytes=0)
     r = build_step_result(_context(step, got, None, None, 1.0, "partial", 1))
     assert r.server == {}
     assert "could not be read before the step" in r.server_unavailable["dense"]
@@ -232,7 +232,8 @@ class FakeDrive:
         if not self.record or self.step is None:
             return None
         self.record = False
-        return Collected(_window(self.step, self.per_step), True, 0.01, 0)
+        return Collected(window=_window(self.step, self.per_step), drained=True, cpu_s=0.01,
+                         rss_bytes=0)
 
     def end_sequences(self, timeout_s: float, every: bool) -> int:
         if every:
@@ -262,7 +263,7 @@ class FakeController:
         from loadkit.control.controller import PhaseOutcome
 
         if phase.name == self.refuse_phase:
-            return PhaseOutcome("failed", "dense: refused")
+            return PhaseOutcome(status="failed", reason="dense: refused")
         return PhaseOutcome()
 
     def snapshot(self) -> Snapshot:
@@ -392,6 +393,6 @@ def test_a_failing_event_listener_breaks_neither_the_caller_nor_the_others(
 
     events.added.add_listener(broken)
     events.added.add_listener(lambda event, _data: heard.append(event.name))
-    data = events.add(ConfigApplied("p", "dense", 0.5))  # does not raise
+    data = events.add(ConfigApplied(phase="p", model="dense", reload_s=0.5))  # does not raise
     assert data["event"] == "config_applied" and heard == ["config_applied"]
     assert "an event listener failed on config_applied" in caplog.text

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.fast
 
 
 def step() -> Step:
-    return Step(0, "p", 0, 1, 0.0, 1.0)
+    return Step(phase_index=0, phase="p", index=0, concurrency=1, warmup_s=0.0, duration_s=1.0)
 
 
 def test_percentiles_are_microseconds_with_3_digits() -> None:

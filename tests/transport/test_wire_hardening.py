@@ -44,7 +44,8 @@ def drive(address: str, target: TargetSpec, payload: bytes, users: int, count: i
     engine = Engine(address=address, target=target, pools=[[payload]], names=["t"],
                     pick=lambda _rng: 0, recorder=recorder, method=transport)
     engine.start()
-    window = recorder.open(Step(0, "p", 0, users, 0.0, 1.0))
+    window = recorder.open(Step(phase_index=0, phase="p", index=0, concurrency=users,
+                                warmup_s=0.0, duration_s=1.0))
     for i in range(users):
         engine.add_lane(random.Random(i))
     engine.set_runner(functools.partial(run_closed, Host(engine)))

@@ -92,8 +92,10 @@ def _drive(search: Search, capacity: float, outcome: Any = None) -> list[tuple[f
     while (nxt := search.next_rate()) is not None:
         rate, kind = nxt
         asked.append((rate, kind))
-        search.record(Probe(rate, kind, rate <= capacity, [], len(asked), {}, rate, False,
-                            outcome(rate) if outcome else "no interval"))
+        search.record(Probe(rate=rate, kind=kind, passed=rate <= capacity, broken=[],
+                            step=len(asked), latency_us={}, achieved_rate=rate,
+                            generator_limited=False,
+                            outcome=outcome(rate) if outcome else "no interval"))
         assert len(asked) < 40
     return asked
 
@@ -159,7 +161,8 @@ def test_a_failed_confirmation_moves_the_answer_down() -> None:
         ok = rate <= 500
         if kind == "confirm" and not flaky["done"]:
             ok, flaky["done"] = False, True  # the first repeat breaks
-        s.record(Probe(rate, kind, ok, [], 0, {}, rate, False))
+        s.record(Probe(rate=rate, kind=kind, passed=ok, broken=[], step=0, latency_us={},
+                       achieved_rate=rate, generator_limited=False))
     assert s.confirmed and s.lo is not None and s.lo < 500
 
 
@@ -171,8 +174,9 @@ def test_after_a_failed_confirmation_every_probe_is_long() -> None:
         rate, kind = nxt
         kinds.append((kind, s.long(kind)))
         # short probes pass up to 500, long ones only up to 420
-        s.record(Probe(rate, kind, rate <= (420 if s.long(kind) else 500), [], 0, {}, rate,
-                       False))
+        s.record(Probe(rate=rate, kind=kind, passed=rate <= (420 if s.long(kind) else 500),
+                       broken=[], step=0, latency_us={}, achieved_rate=rate,
+                       generator_limited=False))
     first_confirm = next(i for i, (k, _) in enumerate(kinds) if k == "confirm")
     assert not any(long for _, long in kinds[:first_confirm])
     assert all(long for _, long in kinds[first_confirm:])
