@@ -249,14 +249,16 @@ def parse_slo(text: str) -> tuple[Threshold, ...]:
                 raise CapacityInputError(f"--slo: {term!r}: expected a fraction or a percentage")
         if limit <= 0 and metric in DURATION_METRICS:
             raise CapacityInputError(f"--slo: {term!r}: the limit must be above 0")
-        items.append(Threshold(metric, limit, None, "--slo"))
+        items.append(Threshold(metric=metric, limit=limit, template=None, where="--slo"))
     if not any(t.metric in DURATION_METRICS for t in items):
         raise CapacityInputError(f"--slo: {text!r} names no latency percentile (e.g. p99<50ms)")
     metrics = {t.metric for t in items}
     if "error_rate" not in metrics:
-        items.append(Threshold("error_rate", DEFAULT_ERROR_RATE, None, "default"))
+        items.append(Threshold(metric="error_rate", limit=DEFAULT_ERROR_RATE, template=None,
+                               where="default"))
     if "max_dropped" not in metrics:
-        items.append(Threshold("max_dropped", DEFAULT_DROPPED, None, "default"))
+        items.append(Threshold(metric="max_dropped", limit=DEFAULT_DROPPED, template=None,
+                               where="default"))
     return tuple(items)
 
 

@@ -44,7 +44,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
         from loadkit.run.tune import TuneRun
 
         t = scenario.tune
-        print(describe_tune(scenario, TuneRun(t.strategy, t.budget_s, t.budget_trials)))
+        print(describe_tune(scenario, TuneRun(strategy=t.strategy, budget_s=t.budget_s,
+                                              budget_trials=t.budget_trials)))
     return EXIT_OK
 
 

@@ -296,10 +296,11 @@ def tune_run(args: argparse.Namespace, scenario: Any) -> tuple[Any, Any]:
         budget_s, trials = b
     strategy = args.strategy or tune.strategy
     if not args.resume:
-        return TuneRun(strategy, budget_s, trials), None
+        return TuneRun(strategy=strategy, budget_s=budget_s, budget_trials=trials), None
     trials_done, phases, hists, elapsed_s = read_search(Path(args.resume), tune)
-    return (TuneRun(strategy, budget_s, trials, tuple(trials_done), str(args.resume),
-                    elapsed_s), (phases, hists))
+    return (TuneRun(strategy=strategy, budget_s=budget_s, budget_trials=trials,
+                    resumed=tuple(trials_done), resumed_from=str(args.resume),
+                    resumed_elapsed_s=elapsed_s), (phases, hists))
 
 
 def describe_tune(scenario: Any, tune: Any) -> str:

@@ -24,7 +24,7 @@ from loadkit.scenario import ModelInfo, TargetSpec
 from loadkit.transport.channel import make_channel
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelCounters:
     """Cumulative counters of one model (all versions summed), as Triton reports them."""
 
@@ -220,7 +220,8 @@ class ServerControl:
             return {t.name: (t.datatype, tuple(int(d) for d in t.shape)) for t in items}
 
         return ModelInfo(
-            name, int(cfg.get("max_batch_size", 0)), tensors(meta.inputs), tensors(meta.outputs),
+            name=name, max_batch_size=int(cfg.get("max_batch_size", 0)),
+            inputs=tensors(meta.inputs), outputs=tensors(meta.outputs),
             decoupled=bool(cfg.get("model_transaction_policy", {}).get("decoupled", False)),
             sequence="sequence_batching" in cfg,
             composing=tuple(s.get("model_name", "") for s in

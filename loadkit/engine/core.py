@@ -115,7 +115,7 @@ class Engine:
 
     def add_lane(self, rng: random.Random) -> Lane:
         self.start()
-        lane = Lane(rng)
+        lane = Lane(rng=rng)
         self._post(self._start_lane, lane)
         return lane
 
@@ -410,7 +410,8 @@ class Engine:
                                     self.streams.goodput, self.streams.tokens(name, result))
             else:
                 window.error(name, error.code, error.details)
-        self.completions.append(Completion(name, latency_us, result.size, error))
+        self.completions.append(Completion(template=name, latency_us=latency_us, size=result.size,
+                                           error=error))
 
     async def _watchdog(self) -> None:
         """Per-request deadlines: a late call is reset and fails as DEADLINE_EXCEEDED."""

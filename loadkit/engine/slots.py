@@ -78,7 +78,7 @@ class Responses:
                       self.kept)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Completion:
     """One finished request, as Locust's statistics need it."""
 
@@ -88,7 +88,7 @@ class Completion:
     error: InferError | None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class Slot:
     """Room for one request in flight: its call (a stream kept open, or one unary call), the
     connection the call is on, its send time, and who hears how it ended."""
@@ -106,7 +106,7 @@ class Slot:
     call_decoupled: bool = False  # the stream `call` carries a decoupled model's requests
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class Lane:
     """One Locust user on the engine: a closed loop, or in an open-loop step the schedule."""
 

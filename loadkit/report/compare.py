@@ -21,7 +21,7 @@ from loadkit.stats import judging, step_changes
 from loadkit.stats import text as change_text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ServerFigures:
     """One model's statistics over a step: average batch, queue and compute (input + infer +
     output) per request, in µs."""
@@ -37,7 +37,7 @@ class ServerFigures:
                f"{self.compute_us:.0f}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Point:
     """One measured step of one entry."""
 
@@ -59,7 +59,7 @@ class Point:
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)  # the step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Entry:
     label: str
     status: str
@@ -92,7 +92,7 @@ class Row:
     template_changes: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Comparison:
     title: str
     reference: str
@@ -157,9 +157,10 @@ def _server(step: dict[str, Any]) -> tuple[ServerFigures, ...]:
             continue
         execs = s.get("exec_count", 0)
         out.append(ServerFigures(
-            model, round(s["inference_count"] / execs, 3) if execs else None,
-            round(s["queue_us"], 1),
-            round(s["compute_input_us"] + s["compute_infer_us"] + s["compute_output_us"], 1)))
+            model=model, avg_batch=round(s["inference_count"] / execs, 3) if execs else None,
+            queue_us=round(s["queue_us"], 1),
+            compute_us=round(s["compute_input_us"] + s["compute_infer_us"]
+                             + s["compute_output_us"], 1)))
     return tuple(out)
 
 
@@ -211,7 +212,8 @@ def _entry(label: str, phase: dict[str, Any], hists: dict[str, dict[str, str]],
                 raw={**s, "run": run},
             )
         )
-    return Entry(label, phase["status"], phase["reason"], phase.get("reload_s", {}), tuple(points))
+    return Entry(label=label, status=phase["status"], reason=phase["reason"],
+                 reload_s=phase.get("reload_s", {}), points=tuple(points))
 
 
 def pct_change(new: float, old: float) -> float | None:

@@ -54,7 +54,7 @@ def parse_rules(specs: list[str]) -> tuple[Rule, ...]:
     return tuple(rules)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Gate:
     """The gate's verdict: every comparison, those that failed it, and what differed."""
 
@@ -103,7 +103,8 @@ def judge(base: dict[str, Any], new: dict[str, Any], rules: tuple[Rule, ...]) ->
                f"new: {', '.join(p['name'] for p in new['phases']) or 'none'})"))
     failed = tuple(c for c in changes if any(r.hits(c) for r in rules))
     warn = differences([("baseline", base, {}), ("new", new, {})])
-    return Gate(rules, tuple(changes), failed, tuple(warn), changes[0]["confidence"])
+    return Gate(rules=rules, changes=tuple(changes), failed=failed, warnings=tuple(warn),
+                confidence=changes[0]["confidence"])
 
 
 def junit_xml(gate: Gate, suite: str = "loadkit.gate") -> str:

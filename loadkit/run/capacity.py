@@ -36,7 +36,7 @@ def replay_rate(load: ReplayLoad) -> float:
     return len(t.offsets) / t.duration_s if t.duration_s > 0 else 0.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CapacitySpec:
     slo: tuple[Threshold, ...]
     slo_text: str

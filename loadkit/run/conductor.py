@@ -167,7 +167,7 @@ class Conductor:
             return None
         pr = self._results.get(phase.index)
         if pr is None:
-            pr = self._results[phase.index] = PhaseResult(phase.name)
+            pr = self._results[phase.index] = PhaseResult(name=phase.name)
             run.result.phases.append(pr)
         self.phase = phase
         self._set_stage("configuring", 0)

@@ -89,7 +89,7 @@ class StepResult:
         return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class PhaseResult:
     name: str
     status: PhaseStatus = "ok"

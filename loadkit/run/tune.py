@@ -32,7 +32,7 @@ DONE = ("ok", "failed", "skipped")  # a trial in these states is never measured 
 STEP_OVERHEAD_S = 1.5  # drain, snapshots and the report write around each step
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TuneRun:
     """What the command line chose over the scenario's `tune:` section."""
 
@@ -333,5 +333,6 @@ def trial_scenario(scenario: Scenario) -> Scenario:
     """The scenario with one phase, its `tune:` load: the template of every trial (the plan
     `loadkit tune` hands its Run)."""
     assert scenario.tune is not None
-    phase = PhaseSpec("trial", scenario.tune.load, {}, Requirements(), Thresholds())
+    phase = PhaseSpec(name="trial", load=scenario.tune.load, config={}, requires=Requirements(),
+                      thresholds=Thresholds())
     return dataclasses.replace(scenario, phases=(phase,))

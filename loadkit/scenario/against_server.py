@@ -10,7 +10,7 @@ from loadkit.scenario.model import InputSpec, RequestTemplate, Scenario
 from loadkit.scenario.source import KeyPath
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ModelInfo:
     """What the server says about one model: enough to check a template against it."""
 

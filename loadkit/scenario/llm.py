@@ -45,7 +45,7 @@ SENTENCE = ("the model serves requests under load while the scheduler batches to
 WORDS = tuple(SENTENCE.split())
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LlmSpec:
     """What the report needs to know about an LLM template's requests."""
 
@@ -179,9 +179,12 @@ def llm_template(ck: Checker, raw: Any, path: KeyPath
         wanted.append(_draw(rng, outputs_len))
     specs, entries = _style_inputs(style, texts, wanted, sampling)
     file = Path(m["prompts"]).name if prompts is not None else "synthetic prompts"
-    dataset = DatasetSpec(ck.base_dir / file, DATASET_MAX_BYTES, tuple(entries))
-    facts = LlmSpec(style, count, sum(counts) / count, sum(wanted) / count,
-                    "words" if tok is None else Path(str(m["tokenizer"])).name, tok_file)
+    dataset = DatasetSpec(file=ck.base_dir / file, max_bytes=DATASET_MAX_BYTES,
+                          entries=tuple(entries))
+    facts = LlmSpec(style=style, count=count, input_tokens_mean=sum(counts) / count,
+                    output_tokens_mean=sum(wanted) / count,
+                    tokens_by="words" if tok is None else Path(str(m["tokenizer"])).name,
+                    tokenizer=tok_file)
     return specs, dataset, facts
 
 
@@ -219,10 +222,12 @@ def _trace_template(ck: Checker, m: dict[str, Any], path: KeyPath, style: str, t
         counts.append(len(tok.encode(text).ids) if tok is not None else row.input_length)
     wanted = [r.output_length for r in rows]
     specs, entries = _style_inputs(style, texts, wanted, sampling)
-    dataset = DatasetSpec(file, DATASET_MAX_BYTES, tuple(entries))
+    dataset = DatasetSpec(file=file, max_bytes=DATASET_MAX_BYTES, entries=tuple(entries))
     n = len(rows)
-    facts = LlmSpec(style, n, sum(counts) / n, sum(wanted) / n,
-                    "words" if tok is None else Path(str(m["tokenizer"])).name, tok_file)
+    facts = LlmSpec(style=style, count=n, input_tokens_mean=sum(counts) / n,
+                    output_tokens_mean=sum(wanted) / n,
+                    tokens_by="words" if tok is None else Path(str(m["tokenizer"])).name,
+                    tokenizer=tok_file)
     return specs, dataset, facts
 
 
@@ -239,7 +244,7 @@ def _style_inputs(style: str, texts: list[str], wanted: list[int],
     names.append("sampling_parameters" if style == "vllm" else "max_tokens")
     dtypes = {"text_input": "BYTES", "stream": "BOOL", "exclude_input_in_output": "BOOL",
               "sampling_parameters": "BYTES", "max_tokens": "INT32"}
-    specs = tuple(InputSpec(n, dtypes[n], (1,), "dataset") for n in names)
+    specs = tuple(InputSpec(name=n, dtype=dtypes[n], shape=(1,), data="dataset") for n in names)
     entries = []
     for t, n in zip(texts, wanted, strict=True):
         e = {"text_input": text(t), "stream": flag(True), "exclude_input_in_output": flag(True)}
@@ -273,7 +278,8 @@ def llm_request(ck: Checker, name: str, m: dict[str, Any], path: KeyPath, order:
     if model is None or built is None:
         return None
     inputs, dataset, facts = built
-    return RequestTemplate(name, model, 1, inputs, tuple(outputs), str(m.get("version", "")),
+    return RequestTemplate(name=name, model=model, batch_size=1, inputs=inputs,
+                           outputs=tuple(outputs), version=str(m.get("version", "")),
                            dataset=dataset, order=order, parameters=parameters, llm=facts,
                            composing=tuple(composing))
 

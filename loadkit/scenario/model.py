@@ -39,7 +39,7 @@ DEFAULT_AUTO_ROUNDS = 10
 ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class InputSpec:
     name: str
     dtype: str
@@ -53,7 +53,7 @@ class InputSpec:
     shapes: tuple[tuple[tuple[int, ...], float], ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class DatasetSpec:
     """Distinct requests from a file: every entry is one batch-1 request's inputs (as in
     perf_analyzer's --input-data), read and checked when the scenario loads."""
@@ -69,7 +69,7 @@ class DatasetSpec:
     sequences: tuple[int, ...] = ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SequenceSpec:
     """A stateful model's sequences: each runs `length` requests (varied by up to
     `variation` percent), START on the first, END on the last, one in flight at a time, under
@@ -81,7 +81,7 @@ class SequenceSpec:
     id_type: str = "uint64"  # or "string": the id sent as its decimal text
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RequestTemplate:
     """One kind of request: model, version, batch size and how to fill each input."""
 
@@ -160,7 +160,7 @@ class TargetSpec:
     shared: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Stability:
     """`until_stable`: a step goes on, window by window (each `step_duration` long), until its
     last `windows` windows agree within `within` (throughput and p99, each against their
@@ -173,7 +173,7 @@ class Stability:
     allow_unstable: bool = False
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ConcurrencyLoad:
     """Closed loop: N users, each sending its next request when the last one answered."""
 
@@ -184,7 +184,7 @@ class ConcurrencyLoad:
     stable: Stability | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RateLoad:
     """Open loop: requests sent on a schedule fixed in advance, whatever the responses do.
 
@@ -204,7 +204,7 @@ class RateLoad:
     stable: Stability | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class ReplayLoad:
     """Open loop from recorded traffic (scenario/traffic.py): each request sent at its offset
     in the file divided by the step's speed, for the template its model maps to (ANY: the
@@ -255,7 +255,7 @@ MAXIMIZED = ("throughput", "goodput", "output_tokens_per_s")
 STRATEGIES = ("brute", "quick", "bayes")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Dimension:
     """One searched ModelConfig field of one model: its values, in the order written (`quick`
     starts at the first and climbs)."""
@@ -285,7 +285,7 @@ class Objective:
         return f"{self.goal} {self.metric}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TuneSpec:
     dimensions: tuple[Dimension, ...]
     load: ConcurrencyLoad | RateLoad
@@ -316,7 +316,7 @@ class Goodput:
     latency_us: float = float("inf")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Threshold:
     """One SLO: a latency max (µs), error_rate / max_dropped max (fraction) or min_throughput
     (infer/s); for every request or one template; `where` is the file:line it came from."""
@@ -347,7 +347,7 @@ class Thresholds:
         return Thresholds(items, self.abort_on_fail or other.abort_on_fail)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class PhaseSpec:
     name: str
     load: ConcurrencyLoad | RateLoad | ReplayLoad

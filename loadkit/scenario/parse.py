@@ -78,8 +78,8 @@ def load_scenario(path: str | Path, base: Path | None = None) -> Scenario:
     if "phases" not in top and "tune" not in top:
         ck.add((), "missing required key 'phases' (or a 'tune' section for `loadkit tune`)")
     if "phases" not in top and tune is not None:  # `loadkit run` measures the config as it is
-        phases = (PhaseSpec("baseline", tune.load, {}, Requirements(),
-                            Thresholds(tune.constraints)),)
+        phases = (PhaseSpec(name="baseline", load=tune.load, config={}, requires=Requirements(),
+                            thresholds=Thresholds(tune.constraints)),)
     if "goodput" not in top:
         where = [(("thresholds",), thresholds)] + [(("phases", i, "thresholds"), ph.thresholds)
                                                    for i, ph in enumerate(phases)]

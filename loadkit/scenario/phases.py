@@ -116,7 +116,8 @@ def _load(ck: Checker, raw: Any, path: KeyPath
             ck.add((*path, "concurrency"), err)
         if levels is None or step is None or warmup is None:
             return None
-        return ConcurrencyLoad(levels, step, warmup, str(m["concurrency"]), stable)
+        return ConcurrencyLoad(levels=levels, step_duration_s=step, warmup_s=warmup,
+                               spec=str(m["concurrency"]), stable=stable)
     rates, err = parse_rate_ramp(m["rate"])
     if err:
         ck.add((*path, "rate"), err)
@@ -138,7 +139,9 @@ def _load(ck: Checker, raw: Any, path: KeyPath
     if rates is None or step is None or warmup is None or late is None:
         return None
     return RateLoad(
-        rates, step, warmup, str(m["rate"]), str(arrival), seed, cap, late, stable
+        levels=rates, step_duration_s=step, warmup_s=warmup, spec=str(m["rate"]),
+        arrival=str(arrival), seed=seed, max_concurrency=cap, late_tolerance_s=late,
+        stable=stable,
     )
 
 
@@ -162,7 +165,7 @@ def _stable(ck: Checker, raw: Any, path: KeyPath, seconds: float | None) -> Stab
     if not isinstance(allow, bool):
         ck.add((*path, "allow_unstable"), f"expected true or false; found {found(allow)}")
         allow = False
-    return Stability(within, windows, max_s, allow)
+    return Stability(within=within, windows=windows, max_s=max_s, allow_unstable=allow)
 
 
 def parse_rate_ramp(spec: Any) -> tuple[tuple[float, ...] | None, str | None]:
@@ -241,7 +244,8 @@ def _phases(ck: Checker, raw: Any) -> tuple[PhaseSpec, ...]:
         own = _thresholds(ck, m["thresholds"], (*p, "thresholds")) if "thresholds" in m else None
         mix = _mix(ck, m["mix"], list(ck.request_names), (*p, "mix")) if "mix" in m else {}
         if name and load:
-            out.append(PhaseSpec(name, load, config, requires, own or Thresholds(), mix))
+            out.append(PhaseSpec(name=name, load=load, config=config, requires=requires,
+                                 thresholds=own or Thresholds(), mix=mix))
     return tuple(out)
 
 
@@ -271,15 +275,16 @@ def _threshold_items(
         if metric in DURATION_METRICS:
             seconds = ck.duration(value, p, False)
             if seconds is not None:
-                out.append(Threshold(metric, seconds * 1e6, template, where))
+                out.append(Threshold(metric=metric, limit=seconds * 1e6, template=template,
+                                     where=where))
         elif metric in ("error_rate", "max_dropped"):
             f = _fraction(ck, value, p)
             if f is not None:
-                out.append(Threshold(metric, f, template, where))
+                out.append(Threshold(metric=metric, limit=f, template=template, where=where))
         elif metric in AT_LEAST_METRICS:
             n = ck.number(value, p, 0, exclusive=True)
             if n is not None:
-                out.append(Threshold(metric, n, template, where))
+                out.append(Threshold(metric=metric, limit=n, template=template, where=where))
     return out
 
 

@@ -54,7 +54,8 @@ def replay_load(ck: Checker, m: dict[str, Any], path: KeyPath) -> ReplayLoad | N
     except (DatasetError, OSError, UnicodeDecodeError, ValueError) as exc:
         ck.add((*path, "replay"), f"{file}: {exc}")
         return None
-    return ReplayLoad(traffic, speeds, warmup, f"replay {file}", loop=loop, step_duration_s=step,
+    return ReplayLoad(traffic=traffic, levels=speeds, warmup_s=warmup, spec=f"replay {file}",
+                      loop=loop, step_duration_s=step,
                       sample_rate=sample, max_concurrency=cap, late_tolerance_s=late,
                       templates=tuple(models.get(name, "") for name in traffic.models))
 
@@ -86,7 +87,8 @@ def profile_load(ck: Checker, m: dict[str, Any], path: KeyPath) -> ReplayLoad | 
     except DatasetError as exc:
         ck.add(p, str(exc))
         return None
-    return ReplayLoad(traffic, (1.0,), warmup, "rate profile", templates=(ANY,),
+    return ReplayLoad(traffic=traffic, levels=(1.0,), warmup_s=warmup, spec="rate profile",
+                      templates=(ANY,),
                       max_concurrency=cap, late_tolerance_s=late)
 
 

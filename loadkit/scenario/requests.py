@@ -103,7 +103,8 @@ def _inputs(ck: Checker, raw: Any, path: KeyPath, partial: bool = False
             ck.add((*p, "file"), f"'file' only goes with data: file (data is {data})")
         if dtype is None or (shape is None and not shapes and data != "dataset"):
             continue
-        spec_out = InputSpec(str(name), dtype, shape, data, value, seed, file, length, shapes)
+        spec_out = InputSpec(name=str(name), dtype=dtype, shape=shape, data=data, value=value,
+                             seed=seed, file=file, length=length, shapes=shapes)
         if file is not None:
             _check_npy(ck, spec_out, (*p, "file"))
         out.append(spec_out)
@@ -251,7 +252,8 @@ def _template(ck: Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplat
             composing = tuple(c)
     if model is None or batch is None or not inputs:
         return None
-    template = RequestTemplate(name, model, batch, inputs, tuple(outputs), version,
+    template = RequestTemplate(name=name, model=model, batch_size=batch, inputs=inputs,
+                               outputs=tuple(outputs), version=version,
                                dataset=dataset, pool=pool, order=order, parameters=parameters,
                                sequence=sequence, composing=composing, validate=validate)
     if dataset is not None and batch and batch > 1:
@@ -364,7 +366,7 @@ def _dataset(ck: Checker, m: dict[str, Any], path: KeyPath,
     except (OSError, UnicodeDecodeError) as exc:
         ck.add(p, f"cannot read {name}: {exc}")
         return None
-    return DatasetSpec(file, max_bytes, tuple(entries), sequences=lengths)
+    return DatasetSpec(file=file, max_bytes=max_bytes, entries=tuple(entries), sequences=lengths)
 
 
 def _parameters(ck: Checker, raw: Any, path: KeyPath) -> tuple[tuple[str, Any], ...]:

@@ -43,4 +43,5 @@ def sequence_spec(ck: Checker, raw: Any, path: KeyPath,
         else:
             ids = (r[0], r[1])
     id_type = ck.choice(m, "id_type", path, ("uint64", "string"), "uint64")
-    return None if length is None else SequenceSpec(length, variation, ids, id_type)
+    return None if length is None else SequenceSpec(length=length, variation=variation, ids=ids,
+                                                    id_type=id_type)

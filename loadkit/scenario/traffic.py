@@ -37,7 +37,7 @@ MAX_ARRIVALS = 20_000_000  # ~200 MB of offsets and template indices held by eve
 ANY = ""  # an arrival for no model in particular: the phase's mix picks the template
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Traffic:
     """Arrivals from a file: `offsets` (s, sorted, from the window's start) and the model (or
     ANY) of each, plus what the file said before sampling was undone."""
@@ -105,9 +105,9 @@ def read_traffic(path: Path | list[Path], window: tuple[float, float] | None = N
         raise DatasetError(f"{path.name}: {len(t)} requests in the window; at most "
                            f"{MAX_ARRIVALS} are held (narrow the window)")
     entries = np.array(order, dtype=np.int64)[keep] if fmt == "mooncake" else None
-    return Traffic(path, fmt, hi - lo, distinct, t,
-                   np.array([index[m] for m in kept], dtype=np.int32), n, entries,
-                   tuple(notes))
+    return Traffic(file=path, format=fmt, duration_s=hi - lo, models=distinct, offsets=t,
+                   model_of=np.array([index[m] for m in kept], dtype=np.int32), in_file=n,
+                   entry_of=entries, notes=tuple(notes))
 
 
 def _tail(t: np.ndarray) -> float:
@@ -322,5 +322,6 @@ def profile_traffic(points: list[tuple[float, float]], poisson: bool, seed: int)
     else:
         marks = np.arange(0.5, expected, 1.0)
     offsets = np.round(np.interp(marks, total, grid), 9)
-    return Traffic(Path("profile"), "profile", float(t[-1]), (ANY,), offsets,
-                   np.zeros(len(offsets), dtype=np.int32), len(points))
+    return Traffic(file=Path("profile"), format="profile", duration_s=float(t[-1]), models=(ANY,),
+                   offsets=offsets,
+                   model_of=np.zeros(len(offsets), dtype=np.int32), in_file=len(points))

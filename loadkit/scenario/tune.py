@@ -94,7 +94,8 @@ def _dimensions(ck: Checker, raw: Any, path: KeyPath) -> list[Dimension]:
             if len({repr(v) for v in values}) != len(values):
                 ck.add(fp, f"expected distinct values; found {values!r}")
                 continue
-            dims.append(Dimension(str(model), fpath, tuple(values), ck.where(fp)))
+            dims.append(Dimension(model=str(model), path=fpath, values=tuple(values),
+                                  where=ck.where(fp)))
     return dims
 
 
@@ -180,5 +181,6 @@ def parse_tune(ck: Checker, raw: Any) -> TuneSpec | None:
         ck.add((*path, "models"), f"the grid has {size} configs; expected at most {MAX_GRID}")
     if not dims or load is None or objective is None:
         return None
-    return TuneSpec(tuple(dims), load, objective, tuple(constraints), gpu_memory, strategy,
-                    budget_s, trials, seed, fixed)
+    return TuneSpec(dimensions=tuple(dims), load=load, objective=objective,
+                    constraints=tuple(constraints), gpu_memory_bytes=gpu_memory, strategy=strategy,
+                    budget_s=budget_s, budget_trials=trials, seed=seed, config=fixed)

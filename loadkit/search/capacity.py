@@ -68,7 +68,7 @@ class Probe:
     rounds: int = 1
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Search:
     """Where the search stands for one config; `next_rate` says what to measure next."""
 

@@ -37,7 +37,7 @@ def metric_value(metric: str, step: dict[str, Any]) -> float | None:
     if metric == "output_tokens_per_s":
         v = streaming.get("output_tokens_per_s")
         return float(v) if v is not None else None
-    return step_value(Threshold(metric, 0.0), step)
+    return step_value(Threshold(metric=metric, limit=0.0), step)
 
 
 def _gain(metric: str, value: float | None, ref: float | None) -> float | None:
@@ -140,8 +140,9 @@ def operating_point(spec: TuneSpec, steps: list[dict[str, Any]],
 def reference_of(spec: TuneSpec, steps: list[dict[str, Any]]) -> dict[str, float | None]:
     """The baseline's metrics at its operating point by throughput: what `weighted` gains are
     measured against."""
-    plain = TuneSpec(spec.dimensions, spec.load, Objective("maximize", "throughput"),
-                     spec.constraints, spec.gpu_memory_bytes)
+    plain = TuneSpec(dimensions=spec.dimensions, load=spec.load,
+                     objective=Objective("maximize", "throughput"),
+                     constraints=spec.constraints, gpu_memory_bytes=spec.gpu_memory_bytes)
     point = operating_point(plain, steps, None)
     if point is None:
         return {}

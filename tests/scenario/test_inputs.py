@@ -177,7 +177,7 @@ def test_sequence_flags_ride_on_the_prepared_request() -> None:
 
     base = service_pb2.ModelInferRequest(model_name="accumulate")
     base.raw_input_contents.append(b"\x01\x00\x00\x00")
-    spec = SequenceSpec(4, ids=(7, 8))
+    spec = SequenceSpec(length=4, ids=(7, 8))
     ids = Ids(spec)
     first, second = ids.take(), ids.take()
     assert (first, second) == (7, 8)

@@ -95,7 +95,7 @@ def test_a_threshold_holds_only_when_every_step_holds() -> None:
         return {"load": {"concurrency": load}, "requests": requests, "errors": {},
                 "latency_us": {"p99": p99}, "client": {}, "throughput": 1.0}
 
-    t = Threshold("p99", 1000.0)
+    t = Threshold(metric="p99", limit=1000.0)
     phase = {"name": "p", "status": "ok", "reason": "", "steps": [step(1, 500), step(2, 1500)]}
     (o,) = check_phase((t,), phase)
     assert (o.status, o.value, o.step) == ("fail", 1500, "2")
@@ -113,7 +113,8 @@ def test_a_threshold_holds_only_when_every_step_holds() -> None:
 def test_an_slo_held_with_confidence_or_inconclusive() -> None:
     from loadkit.slo import slo_confidence
 
-    slo = (Threshold("p99", 50_000), Threshold("p50", 5_000), Threshold("error_rate", 0.01))
+    slo = (Threshold(metric="p99", limit=50_000), Threshold(metric="p50", limit=5_000),
+           Threshold(metric="error_rate", limit=0.01))
     intervals = {"p99": {"value": 40_000, "ci": [35_000, 45_000]},
                  "p50": {"value": 4_800, "ci": [4_500, 5_100]}}
     got = {c["metric"]: c["verdict"] for c in slo_confidence(slo, intervals, 0.95)}

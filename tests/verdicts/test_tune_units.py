@@ -80,9 +80,11 @@ def _step(index: int, conc: int, thr: float, p99_ms: float, ok: bool = True) -> 
 
 
 def _spec(objective: Objective, limit_ms: float = 20.0) -> TuneSpec:
-    dims = (Dimension("m", "max_batch_size", (8, 16)),)
-    return TuneSpec(dims, ConcurrencyLoad((1,), 1.0, 0.0, "1"), objective,
-                    (Threshold("p99", limit_ms * 1000),))
+    dims = (Dimension(model="m", path="max_batch_size", values=(8, 16)),)
+    return TuneSpec(dimensions=dims, load=ConcurrencyLoad(levels=(1,), step_duration_s=1.0,
+                                                          warmup_s=0.0, spec="1"),
+                    objective=objective,
+                    constraints=(Threshold(metric="p99", limit=limit_ms * 1000),))
 
 
 def test_the_operating_point_is_the_best_step_within_the_constraints() -> None:
@@ -126,8 +128,9 @@ def test_field_paths_become_overlays_checked_by_the_schema() -> None:
 
 
 def test_overlays_keep_the_rest_of_a_touched_field() -> None:
-    dims = (Dimension("m", "instance_group.count", (1, 2)),
-            Dimension("m", "dynamic_batching.max_queue_delay_microseconds", (0, 500)))
+    dims = (Dimension(model="m", path="instance_group.count", values=(1, 2)),
+            Dimension(model="m", path="dynamic_batching.max_queue_delay_microseconds",
+                      values=(0, 500)))
     original = {"instance_group": [{"count": 1, "kind": "KIND_GPU", "gpus": [0]}],
                 "dynamic_batching": {"preferred_batch_size": [4]}}
     out = space.overlays(dims, (1, 1), {"m": original})

@@ -235,7 +235,7 @@ def test_stability_is_perf_analyzers_rule() -> None:
     from loadkit.run.stability import stable
     from loadkit.scenario import Stability
 
-    spec = Stability(0.05, 3, 60)
+    spec = Stability(within=0.05, windows=3, max_s=60)
     w = [{"throughput": t, "p99_us": 1000.0} for t in (500, 1000, 1020, 990)]
     assert stable(w, spec)  # the last three within 5% of their mean
     assert not stable(w[:3], spec)
