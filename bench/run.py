@@ -226,7 +226,7 @@ def hdr_record_cost_us(samples: int = 200_000) -> float:
     from loadkit.plan import Step
     from loadkit.record import StepWindow
 
-    window = StepWindow(Step(phase_index=0, phase="b", index=0, concurrency=1, warmup_s=0.0,
+    window = StepWindow(step=Step(phase_index=0, phase="b", index=0, concurrency=1, warmup_s=0.0,
                              duration_s=1.0))
     values = [(i * 7919) % 50_000 + 100 for i in range(samples)]
     t0 = time.perf_counter()

@@ -119,7 +119,7 @@ def record_costs(n: int = 100_000) -> dict[str, float]:
     out.shape.append(1)
     r.raw_output_contents.append(b"\x01\x00\x00\x00")
     message = resp.SerializeToString()
-    window = StepWindow(Step(phase_index=0, phase="b", index=0, concurrency=1, warmup_s=0.0,
+    window = StepWindow(step=Step(phase_index=0, phase="b", index=0, concurrency=1, warmup_s=0.0,
                              duration_s=1.0))
     values = [(i * 7919) % 50_000 + 100 for i in range(n)]
     t0 = time.perf_counter()

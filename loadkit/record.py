@@ -80,7 +80,7 @@ def latency_summary(h: HdrHistogram) -> dict[str, float | None]:
     return out
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Second:
     """One second of a window (by completion time): successes per template, their latencies,
     errors by code, and what was sent, scheduled and dropped meanwhile (the timeline)."""
@@ -105,7 +105,7 @@ class Second:
         self.dropped += int(data["dropped"])
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepWindow:
     """What one measured step collected on this process."""
 
@@ -285,7 +285,7 @@ class StepWindow:
     def copy(self) -> StepWindow:
         """A window with the same samples and counts (a live copy, or one handed over while
         requests still write into this one)."""
-        twin = StepWindow(self.step)
+        twin = StepWindow(step=self.step)
         twin.add_wire(self.to_wire())
         return twin
 
@@ -354,7 +354,7 @@ class Recorder:
         self.window: StepWindow | None = None
 
     def open(self, step: Step) -> StepWindow:
-        self.window = StepWindow(step)
+        self.window = StepWindow(step=step)
         return self.window
 
     def close(self) -> StepWindow | None:

@@ -131,7 +131,7 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class EmbeddedServer:
     """A tritonserver process bound to loopback; use as a context manager or start()/stop()."""
 

@@ -27,7 +27,7 @@ from loadkit.record import StepWindow
 from loadkit.scenario import SequenceSpec
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, kw_only=True)
 class _Open:
     template: int
     left: int  # requests still to send
@@ -72,12 +72,14 @@ class OpenSequences:
         if len(self.open) >= self.cap or (tracker is not None and tracker.full):
             return False
         if spec is None or tracker is None:  # a plain template in the mix: one request
-            seq = _Open(i, 1, 0, b"", scheduled_ns, self.engine.epoch)
+            seq = _Open(template=i, left=1, corr=0, ids=b"", started_ns=scheduled_ns,
+                        epoch=self.engine.epoch)
         else:
             corr = tracker.take()
             data = self.engine.requests.next_sequence(i, self.lane.rng)
-            seq = _Open(i, data[1] if data else length(spec, self.lane.rng), corr,
-                        id_bytes(self.engine, spec, corr), scheduled_ns, self.engine.epoch,
+            seq = _Open(template=i, left=data[1] if data else length(spec, self.lane.rng),
+                        corr=corr, ids=id_bytes(self.engine, spec, corr),
+                        started_ns=scheduled_ns, epoch=self.engine.epoch,
                         entry=data[0] if data else -1)
         self.open.add(seq)
         self.engine.sent(window, i, late=late)

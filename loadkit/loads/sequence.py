@@ -80,7 +80,7 @@ class Ids:
             self.dangling[corr] = entry
 
 
-@dataclass
+@dataclass(kw_only=True)
 class _State:
     template: int = 0
     left: int = 0  # requests still to send in the open sequence (0: none open)

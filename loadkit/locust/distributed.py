@@ -273,7 +273,7 @@ class MasterDrive:
         was_recording, self.recording = self.recording, False
         if not was_recording or self.step is None:
             return None
-        window = StepWindow(self.step)
+        window = StepWindow(step=self.step)
         cpu, rss, in_flight, drained = 0.0, 0, 0, not pending and not lost
         for reply in self._replies.values():
             if reply["window"]:
@@ -320,7 +320,7 @@ class MasterDrive:
         """The current step merged from the workers' last periodic reports (every ~3 s)."""
         if not self.recording or self.step is None:
             return None
-        window = StepWindow(self.step)
+        window = StepWindow(step=self.step)
         for wire in list(self._live.values()):
             window.add_wire(wire)
         return window

@@ -79,7 +79,7 @@ class Entry:
         return max(self.points, key=lambda p: p.load_key, default=None)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Row:
     load: str
     entry: str
@@ -254,8 +254,9 @@ def build(
             for c in found:
                 if "template" in c:
                     per.setdefault(c["template"], {})[c["metric"]] = c
-            rows.append(Row(ld, e.label, p, {c["metric"]: c for c in found
-                                             if "template" not in c}, per))
+            rows.append(Row(load=ld, entry=e.label, point=p,
+                            changes={c["metric"]: c for c in found if "template" not in c},
+                            template_changes=per))
     best_t = None
     # the highest throughput at a load every measured phase has: a higher load's number is
     # not a better config's

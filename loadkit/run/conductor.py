@@ -375,7 +375,7 @@ class Conductor:
         one = build_step_result(StepContext(**base, got=got, before=before, after=after,
                                             started_at=started_at, duration_s=duration,
                                             status=status, server_rows=rows))
-        pool = (self._pools.setdefault(step.key, Pool(step, self.ROUNDS))
+        pool = (self._pools.setdefault(step.key, Pool(step=step, order=self.ROUNDS))
                 if run.plan.repeats > 1 else None)
         if pool is not None:
             pool.add(got, before, after, duration, rows, started_at)

@@ -17,7 +17,7 @@ PhaseStatus = Literal["ok", "partial", "failed", "skipped"]
 StepStatus = Literal["ok", "partial"]  # partial: interrupted, or the server or a worker went
 
 
-@dataclass
+@dataclass(kw_only=True)
 class StepResult:
     phase: str
     index: int
@@ -109,7 +109,7 @@ class PhaseResult:
         }
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RunResult:
     scenario_name: str
     scenario: dict[str, Any]

@@ -35,7 +35,7 @@ def _combine(a: ModelCounters, b: ModelCounters, sign: int) -> ModelCounters:
     return ModelCounters(**out)
 
 
-@dataclass
+@dataclass(kw_only=True)
 class Pool:
     """The rounds of one step so far."""
 
@@ -69,7 +69,7 @@ class Pool:
         self._starts.append(self._offset)
         wire["seconds"] = {str(i + self._offset): s for i, s in seconds.items()}
         if self.window is None:
-            self.window = StepWindow(self.step)
+            self.window = StepWindow(step=self.step)
         self.window.add_wire(wire)
         self.server_rows.update({i + self._offset: r for i, r in server_rows.items()})
         self._offset += max([*seconds, *server_rows, int(duration_s)], default=0) + 1

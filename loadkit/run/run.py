@@ -70,7 +70,8 @@ class Run:
         self.baseline = baseline
         # the web UI's next start, once this run has finished (locust/shape.py); None: one run
         self.renew = renew
-        self.result = RunResult(scenario.name, scenario.redacted(), address, embedded, utcnow())
+        self.result = RunResult(scenario_name=scenario.name, scenario=scenario.redacted(),
+                                target=address, embedded=embedded, started_at=utcnow())
         self.events = EventLog(self.result.events)
         self.result.requests = list(self.plan.requests)
         self.result.repeats, self.result.confidence = self.plan.repeats, scenario.confidence

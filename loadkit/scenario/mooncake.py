@@ -20,7 +20,7 @@ BLOCK_TOKENS = 512  # mooncake's block size: hash_ids name blocks of this many t
 MAX_ROWS = 100_000
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Row:
     t_s: float
     input_length: int
@@ -87,7 +87,7 @@ def _row(path: Path, n: int, text: str, before: float | None) -> Row:
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise DatasetError(f"{where}: expected '{key}' as a whole number of tokens >= 1; "
                                f"found {v!r}")
-    return Row(t_s, int(inp), int(out), tuple(ids))
+    return Row(t_s=t_s, input_length=int(inp), output_length=int(out), hash_ids=tuple(ids))
 
 
 def prompt(row: Row, words: tuple[str, ...], blocks: dict[int, list[str]], line: int) -> str:

@@ -82,7 +82,7 @@ def scenario(tmp_path: Path) -> Scenario:
 
 
 def _window(step: Step, successes: int, errors: int = 0) -> StepWindow:
-    w = StepWindow(step)
+    w = StepWindow(step=step)
     for i in range(successes):
         w.record("d", 100 + i)
     for _ in range(errors):
@@ -288,7 +288,8 @@ class FakeHub:
     def __init__(self, scenario: Scenario, drive: FakeDrive, controller: FakeController):
         self.scenario = scenario
         self.plan: Plan = build_plan(scenario)
-        self.result = RunResult(scenario.name, {}, "127.0.0.1:1", False, "t")
+        self.result = RunResult(scenario_name=scenario.name, scenario={}, target="127.0.0.1:1",
+                                embedded=False, started_at="t")
         self.events = EventLog(self.result.events)
         self.controller = controller
         self.drive = drive
@@ -366,7 +367,8 @@ def test_conductor_skips_the_steps_of_a_refused_phase_and_fails_the_run(
 def test_results_json_keeps_its_format_name() -> None:
     """results.json's `format` is read by `loadkit report`/`compare` and by users' tooling:
     moving the module that writes it must not rename it."""
-    assert RunResult("n", {}, "a", False, "t").to_json()["format"] == "loadkit.results/1"
+    assert RunResult(scenario_name="n", scenario={}, target="a", embedded=False,
+                     started_at="t").to_json()["format"] == "loadkit.results/1"
 
 
 def test_the_servers_own_words_go_before_the_other_messages_bucket() -> None:

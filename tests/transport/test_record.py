@@ -26,7 +26,7 @@ def step() -> Step:
 
 
 def test_percentiles_are_microseconds_with_3_digits() -> None:
-    w = StepWindow(step())
+    w = StepWindow(step=step())
     for v in range(1, 10_001):  # 1 us .. 10 ms
         w.record("a", v)
     s = latency_summary(w.merged())
@@ -36,7 +36,7 @@ def test_percentiles_are_microseconds_with_3_digits() -> None:
 
 
 def test_encode_decode_round_trip_and_merge() -> None:
-    w = StepWindow(step())
+    w = StepWindow(step=step())
     for v in (120, 250, 999, 1500, 40_000):
         w.record("a", v)
         w.record("b", v * 2)
@@ -49,7 +49,7 @@ def test_encode_decode_round_trip_and_merge() -> None:
 
 
 def test_out_of_range_values_are_counted_not_dropped_silently() -> None:
-    w = StepWindow(step())
+    w = StepWindow(step=step())
     w.record("a", HIGHEST_US * 10)
     w.record("a", 0)  # clamps to the lowest trackable value, 1 us
     assert w.out_of_range == 1
@@ -57,7 +57,7 @@ def test_out_of_range_values_are_counted_not_dropped_silently() -> None:
 
 
 def test_errors_are_counted_by_code_not_recorded() -> None:
-    w = StepWindow(step())
+    w = StepWindow(step=step())
     w.error("a", "UNAVAILABLE")
     w.error("a", "UNAVAILABLE")
     w.error("b", "DEADLINE_EXCEEDED")
@@ -94,7 +94,7 @@ def test_every_window_field_crosses_the_wire() -> None:
     fields = {f.name for f in dataclasses.fields(StepWindow)}
     kinds = [name for names in WIRE.values() for name in names]
     assert sorted(kinds) == sorted(fields), set(fields) ^ set(kinds)
-    a = StepWindow(step())
+    a = StepWindow(step=step())
     a.record("t", 120, 100)
     a.error("t", "UNAVAILABLE", "gone")
     a.streamed("t", 50, [10, 20], 3, 200, None, 7)
@@ -104,7 +104,7 @@ def test_every_window_field_crosses_the_wire() -> None:
     a.dropped["t"] += 2
     a.cancelled["t"] += 1
     a.sent, a.scheduled, a.own_us = 5, 7, 11
-    b = StepWindow(step())
+    b = StepWindow(step=step())
     b.add_wire(a.to_wire())
     b.add_wire(a.to_wire())
     for name in WIRE["histograms"]:

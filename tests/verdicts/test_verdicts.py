@@ -108,7 +108,7 @@ def test_within_run_batch_means() -> None:
     """Per-second buckets grouped into contiguous batches: an interval that holds the step's
     own value and widens with the seconds' spread."""
     rng = random.Random(1)
-    window = StepWindow(Step(phase_index=0, phase="p", index=0, concurrency=1, warmup_s=0.0,
+    window = StepWindow(step=Step(phase_index=0, phase="p", index=0, concurrency=1, warmup_s=0.0,
                              duration_s=10.0))
     for i in range(10):
         sec = window.seconds.setdefault(i, Second())
