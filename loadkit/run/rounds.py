@@ -18,7 +18,14 @@ from loadkit.plan import Step
 from loadkit.record import Second, StepWindow
 from loadkit.run.drive import Collected
 from loadkit.run.results import RunResult, StepResult
-from loadkit.stats import across_rounds, against_baseline, comparisons, undecided, within_run
+from loadkit.stats import (
+    across_rounds,
+    against_baseline,
+    comparisons,
+    imprecise,
+    undecided,
+    within_run,
+)
 from loadkit.stats.sequential import design
 
 ROUND_KEYS = ("started_at", "duration_s", "status", "requests", "throughput",
@@ -207,14 +214,28 @@ class Looks:
         if self.baseline is not None:
             changes += against_baseline(self.baseline, now_json, *judged)
         left = undecided(changes)
-        seq["looks"].append({"round": done, "comparisons": len(changes),
-                             "undecided": len(left), "elapsed_s": round(now - self.started, 1)})
-        if not left:
-            seq["stopped"] = "decided: every comparison is better, worse or same" if changes \
-                else "nothing to compare"
+        look = {"round": done, "comparisons": len(changes), "undecided": len(left),
+                "elapsed_s": round(now - self.started, 1)}
+        if changes:
+            what = "comparison(s) undecided"
+            if not left:
+                seq["stopped"] = "decided: every comparison is better, worse or same"
+        else:
+            # nothing to compare (a baseline for a later `--baseline` run): rounds until every
+            # estimate is within half the noise threshold at the stated level, since a later
+            # unpaired comparison can be no surer than the rounds it leans on here
+            left = imprecise(now_json, self.noise / 2)
+            look["imprecise"] = len(left)
+            what = f"estimate(s) wider than ±{self.noise / 2:.1%}"
+            if not left:
+                seq["stopped"] = (f"precise: nothing to compare, and every estimate is within "
+                                  f"±{self.noise / 2:.1%} at {self.result.confidence:.0%}")
+        seq["looks"].append(look)
+        if seq["stopped"]:
+            pass
         elif done >= self.design.max_rounds:
-            seq["stopped"] = f"max_repeats: {done} rounds, {len(left)} comparison(s) undecided"
+            seq["stopped"] = f"max_repeats: {done} rounds, {len(left)} {what}"
         elif late:
             seq["stopped"] = (f"max_time: another round would pass {self.max_time_s:g} s; "
-                              f"{len(left)} comparison(s) undecided")
+                              f"{len(left)} {what}")
         return bool(seq["stopped"])

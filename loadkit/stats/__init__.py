@@ -11,6 +11,7 @@ from loadkit.stats.intervals import (
     STREAM_METRICS,
     across_rounds,
     batch_values,
+    imprecise,
     mean_step,
     metric_of,
     t_interval,
@@ -33,6 +34,6 @@ from loadkit.stats.verdict import (
 __all__ = [
     "DECISIVE", "DEFAULT_CONFIDENCE", "HIGHER_IS_BETTER", "METRICS", "NOISE_THRESHOLD",
     "PERCENTILES", "STREAM_METRICS", "across_rounds", "against_baseline", "batch_values",
-    "compare", "comparisons", "decide_text", "judging", "mean_step", "metric_of", "mixed_models",
-    "step_changes", "t_interval", "text", "undecided", "verdict", "within_run",
+    "compare", "comparisons", "decide_text", "imprecise", "judging", "mean_step", "metric_of",
+    "mixed_models", "step_changes", "t_interval", "text", "undecided", "verdict", "within_run",
 ]

@@ -121,6 +121,24 @@ def across_rounds(rounds: list[dict[str, Any]], pooled: dict[str, Any],
     return out
 
 
+def imprecise(results: dict[str, Any], within: float) -> list[dict[str, Any]]:
+    """The estimates of a results.json whose interval reaches further than `within` (a
+    fraction) from its value, or has none yet: what more rounds of a run with nothing to
+    compare would narrow, so that a later `--baseline` comparison can decide."""
+    out = []
+    for phase in results["phases"]:
+        for step in phase["steps"]:
+            for metric, iv in (step.get("intervals") or {}).items():
+                value, ci = iv.get("value"), iv.get("ci")
+                if not value:
+                    continue
+                reach = None if ci is None else (ci[1] - value) / value
+                if reach is None or reach > within:
+                    out.append({"phase": phase["name"], "load": step["load"], "metric": metric,
+                                "reach_pct": None if reach is None else round(100 * reach, 1)})
+    return out
+
+
 def mean_step(steps: list[dict[str, Any]], confidence: float) -> dict[str, Any]:
     """Several measurements of one config (a raced tune trial's) as one step: throughput and
     percentiles their means, with Student's t interval across them; one measurement is itself."""

@@ -54,7 +54,11 @@ def test_the_ci_examples_gate_a_slower_config_and_pass_an_unchanged_one(triton,
     code, err = _run(baseline_cmd, checkout, triton.grpc_address)  # main
     assert code == 0, err[-3000:]
     base = results(checkout / "reports" / "baseline")
-    assert base["sequential"]["stopped"] and base["repeats"] >= 3
+    # nothing to compare on main: rounds until its estimates are precise enough for the gate to
+    # lean on (three rounds, 2 degrees of freedom, left a 1.5x slowdown inconclusive on CI)
+    stopped = base["sequential"]["stopped"]
+    assert stopped.startswith(("precise", "max_")) and base["repeats"] >= 3, stopped
+    assert all("imprecise" in look for look in base["sequential"]["looks"])
 
     # a pull request that makes every execute 1.5x longer: throughput is worse beyond doubt
     write(checkout / "scenarios" / "ci-regression.yaml",

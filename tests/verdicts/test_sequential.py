@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from loadkit.stats import comparisons, undecided
+from loadkit.stats import comparisons, imprecise, undecided
 from loadkit.stats.sequential import design, nominal_alpha
 
 REPS = 1500
@@ -94,3 +94,13 @@ def test_the_nominal_level_is_deterministic_and_above_the_stated_one() -> None:
     assert nominal_alpha(0.05, (3,)) == 0.05  # one look: no adjustment
     assert design(0.95, 10).nominal == d.nominal
     assert "Pocock" in d.describe()
+
+
+def test_a_run_with_nothing_to_compare_is_imprecise_until_its_intervals_are_narrow() -> None:
+    def results(ci: list[float] | None) -> dict:
+        return {"phases": [{"name": "main", "steps": [{"load": {"concurrency": 4}, "intervals": {
+            "throughput": {"value": 400.0, "ci": ci}}}]}]}
+    assert imprecise(results([390.0, 410.0]), 0.025) == []  # ±2.5%
+    wide = imprecise(results([380.0, 420.0]), 0.025)  # ±5%
+    assert [(w["metric"], w["reach_pct"]) for w in wide] == [("throughput", 5.0)]
+    assert imprecise(results(None), 0.025)[0]["reach_pct"] is None  # no interval yet
