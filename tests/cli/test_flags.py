@@ -27,15 +27,16 @@ APPLIED = {
     "seed": "tests/loads/test_open_loop.py", "repeats": "tests/verdicts/test_verdicts.py",
     "max_repeats": "tests/verdicts/test_verdicts.py", "max_time": "tests/cli/test_flags.py",
     "baseline": "tests/report/test_ci.py", "fail_on": "tests/report/test_ci.py",
-    "prometheus_port": "tests/control/test_observe.py", "workers": "tests/run/test_distributed.py",
-    "master": "tests/run/test_distributed.py", "model": "tests/report/test_first_hour.py",
+    "prometheus_port": "tests/control/test_observe.py",
+    "workers": "tests/locust/test_distributed.py",
+    "master": "tests/locust/test_distributed.py", "model": "tests/report/test_first_hour.py",
     "replay": "tests/run/test_replay.py", "concurrency": "below", "rate": "below",
     "measurement_ms": "below", "step_duration": "below", "warmup": "below",
-    "batch_size": "below", "slo": "tests/verdicts/test_capacity.py",
-    "peak": "tests/verdicts/test_capacity.py", "headroom": "tests/verdicts/test_capacity.py",
-    "budget": "tests/verdicts/test_capacity.py", "precision": "tests/verdicts/test_capacity.py",
-    "max_rate": "tests/verdicts/test_capacity.py", "start_rate": "tests/verdicts/test_capacity.py",
-    "min_probe": "tests/verdicts/test_capacity.py", "help": "argparse",
+    "batch_size": "below", "slo": "tests/search/test_capacity.py",
+    "peak": "tests/search/test_capacity.py", "headroom": "tests/search/test_capacity.py",
+    "budget": "tests/search/test_capacity.py", "precision": "tests/search/test_capacity.py",
+    "max_rate": "tests/search/test_capacity.py", "start_rate": "tests/search/test_capacity.py",
+    "min_probe": "tests/search/test_capacity.py", "help": "argparse",
 }
 # beside a scenario file (or alone) these are refused with a message naming the flag
 REFUSED = [
