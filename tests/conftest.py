@@ -266,3 +266,30 @@ def start_prometheus(tmp_path: Path, triton: Any, loadkit_port: int) -> tuple[An
 
     wait_for(ready, 30, "Prometheus to answer")
     return proc, port
+
+
+def parent_of(pid: int) -> int:
+    """A process's parent (0 once it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0
+    return int(stat.rsplit(")", 1)[1].split()[1])
+
+
+def processes(pattern: str, under: int | None = None) -> set[int]:
+    """The pids whose command line matches `pattern` (pgrep -f), or those of them descending
+    from `under`: `make test` runs two workers, so a count of every match would see the other
+    worker's servers and workers come and go."""
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+    pids = {int(p) for p in out.stdout.split()}
+    if under is None:
+        return pids
+
+    def descends(pid: int) -> bool:
+        while pid > 1:
+            pid = parent_of(pid)
+            if pid == under:
+                return True
+        return False
+    return {p for p in pids if descends(p)}

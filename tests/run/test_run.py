@@ -18,6 +18,8 @@ from conftest import (
     assert_accounted,
     dense_cnn,
     loadkit,
+    parent_of,
+    processes,
     results,
     steps_on_disk,
     wait_for,
@@ -162,9 +164,21 @@ def test_requests_to_a_missing_model_are_counted_as_errors(triton, control, tmp_
     assert "requests failed" in summary and "not checked for cnn" in summary
 
 
-def _triton_processes() -> int:
-    out = subprocess.run(["pgrep", "-fc", "bin/tritonserver"], capture_output=True, text=True)
-    return int(out.stdout.strip() or 0)
+def _tritons(under: int | None = None) -> set[int]:
+    return processes("bin/tritonserver", under)
+
+
+def _orphans(before: set[int]) -> set[int]:
+    """Servers started since `before` whose starter is gone: a python process starts every
+    embedded server (a test's, a worker's), so one left to init or a shell was leaked."""
+    def orphaned(pid: int) -> bool:
+        parent = parent_of(pid)
+        try:
+            cmd = Path(f"/proc/{parent}/cmdline").read_bytes()
+        except OSError:
+            return parent_of(pid) != 0  # the parent is gone and the server is not
+        return b"python" not in cmd
+    return {p for p in _tritons() - before if orphaned(p)}
 
 
 def test_default_run_starts_and_stops_embedded_server_repeatedly(tmp_path) -> None:
@@ -175,7 +189,7 @@ requests:
   dense_b1: {model: dense, inputs: {INPUT0: {dtype: FP32, shape: [256]}}}
 phases: [{name: only, load: {concurrency: 2, step_duration: 1s, warmup: 0.5s}}]
 """)  # dense only: the cnn model's onnxruntime start-up adds seconds and tests nothing here
-    before = _triton_processes()
+    before = _tritons()
     for i in range(2):
         out = tmp_path / f"r{i}"
         t0 = time.monotonic()
@@ -186,7 +200,7 @@ phases: [{name: only, load: {concurrency: 2, step_duration: 1s, warmup: 0.5s}}]
         assert data["embedded"] is True and data["status"] == "complete"
         assert (out / "tritonserver.log").stat().st_size > 0
         assert_accounted(data["phases"][0]["steps"][0])
-        assert _triton_processes() == before
+        assert not _orphans(before)
 
 
 def test_plain_locust_headless_runs_the_scenario_and_exits(triton, tmp_path) -> None:
@@ -259,14 +273,14 @@ def test_sigkill_keeps_finished_steps_on_disk_and_leaves_no_server(tmp_path) -> 
     finished steps, and the kernel stops the embedded server (PR_SET_PDEATHSIG)."""
     scen = write(tmp_path / "k.yaml", dense_cnn(name="kill", conc="[1, 2, 4]", dur="3s"))
     out = tmp_path / "r"
-    before = _triton_processes()
     proc = subprocess.Popen(
         [sys.executable, "-m", "loadkit", "run", str(scen), "--out", str(out), "--quiet"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
     )
     try:
         wait_for(lambda: steps_on_disk(out) >= 1, 90, "step 1 on disk")
-        assert _triton_processes() > before, "the embedded server should be running"
+        mine = _tritons(under=proc.pid)
+        assert mine, "the embedded server should be running"
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:
@@ -277,5 +291,5 @@ def test_sigkill_keeps_finished_steps_on_disk_and_leaves_no_server(tmp_path) -> 
     steps = data["phases"][0]["steps"]
     assert len(steps) >= 1 and steps[0]["status"] == "ok"
     assert_accounted(steps[0])
-    wait_for(lambda: _triton_processes() == before, 20,
+    wait_for(lambda: not mine & _tritons(), 20,
              "the embedded tritonserver to go with loadkit (no orphan)")

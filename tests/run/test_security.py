@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 
-from conftest import ROOT, loadkit, results, wait_for, wait_inside_step, write
+from conftest import ROOT, loadkit, processes, results, wait_for, wait_inside_step, write
 
 TOKEN = "lk-test-token-7f3a9c0e51d2"
 
@@ -70,11 +70,6 @@ phases: [{name: x, load: {concurrency: 1, step_duration: 1s}}]
     assert host == "127.0.0.1" and port > 0
 
 
-def _count(pattern: str) -> int:
-    out = subprocess.run(["pgrep", "-fc", pattern], capture_output=True, text=True)
-    return int(out.stdout.strip() or 0)
-
-
 def test_sigterm_mid_distributed_run_exits_143_and_leaves_no_process(tmp_path) -> None:
     """Embedded server + master + 2 workers; SIGTERM in step 2."""
     scen = write(tmp_path / "s.yaml", """
@@ -88,7 +83,6 @@ phases:
   - name: only
     load: {concurrency: [2, 2, 2], step_duration: 3s, warmup: 0s}
 """)
-    servers, workers = _count("bin/tritonserver"), _count("loadkit worker")
     out = tmp_path / "r"
     proc = subprocess.Popen(
         [sys.executable, "-m", "loadkit", "run", str(scen), "--workers", "2", "--out", str(out),
@@ -97,6 +91,9 @@ phases:
     )
     try:
         wait_inside_step(out, None, "dense", 1)  # step 2 is sending
+        servers, workers = processes("bin/tritonserver", proc.pid), processes(
+            "loadkit worker", proc.pid)
+        assert servers and len(workers) == 2, (servers, workers)
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=90)
     finally:
@@ -108,5 +105,5 @@ phases:
     assert data["status"] == "interrupted" and steps[0]["status"] == "ok"
     assert steps[-1]["status"] == "partial"
     assert steps[0]["server"]["dense"]["success"] == steps[0]["requests"]
-    wait_for(lambda: _count("bin/tritonserver") == servers, 20, "the embedded server to go")
-    wait_for(lambda: _count("loadkit worker") == workers, 20, "the worker processes to go")
+    wait_for(lambda: not servers & processes("bin/tritonserver"), 20, "the embedded server to go")
+    wait_for(lambda: not workers & processes("loadkit worker"), 20, "the worker processes to go")
