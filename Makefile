@@ -36,12 +36,12 @@ prometheus:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; } || \
 	  echo "loadkit: could not install prometheus (needs root and apt); the dashboard test will skip"
 
-# Two pytest workers (pytest-xdist), a file each at a time: a file's module fixtures (a shared
-# run, a server of its own) are built once, and each worker has its own session Triton. On the
-# 2-core CI machine the serial suite took 24 min with the CPUs 41% busy; two workers, 14 min
-# (docs/development.md). TEST_JOBS=0 runs it serially in one process.
+# Two pytest workers (pytest-xdist), each with its own session Triton, sharing the tests one by
+# one; a file with module fixtures (a shared run, a server of its own) is one xdist_group, run
+# whole on one worker. On the 2-core CI machine the serial suite took 24 min with the CPUs 41%
+# busy (docs/architecture.md, Tests). TEST_JOBS=0 runs it serially in one process.
 TEST_JOBS ?= 2
-PYTEST_JOBS = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadfile)
+PYTEST_JOBS = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
 test: setup lint browser prometheus
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_JOBS) --durations=15
 

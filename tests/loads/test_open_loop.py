@@ -6,6 +6,10 @@ from __future__ import annotations
 import pytest
 from conftest import loadkit, results, write
 
+# its module fixtures (a shared run or server) are built once: the file runs whole on one
+# test worker (make test, --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_open_loop")
+
 STALL = '{dense: {parameters: {stall_every_s: "1", stall_ms: "200"}}}'
 SCENARIO = f"""
 name: open-loop

@@ -14,6 +14,10 @@ from loadkit.control.embedded import EmbeddedServer
 from loadkit.scenario import load_scenario
 from loadkit.transport.payloads import prepare_pool
 
+# its module fixtures (a shared run or server) are built once: the file runs whole on one
+# test worker (make test, --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_streaming")
+
 
 @pytest.fixture(scope="module")
 def stream_triton(tmp_path_factory: pytest.TempPathFactory) -> EmbeddedServer:

@@ -29,6 +29,10 @@ from conftest import (
 
 from loadkit.record import decode
 
+# its module fixtures (a shared run or server) are built once: the file runs whole on one
+# test worker (make test, --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_run")
+
 
 @pytest.fixture(scope="module")
 def mix_run(triton, tmp_path_factory) -> dict:

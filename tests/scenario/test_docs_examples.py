@@ -17,6 +17,10 @@ from conftest import ROOT, loadkit, results, tokenizer_file, write
 from loadkit.scenario import load_scenario
 from loadkit.scenario.source import parse_text
 
+# its module fixtures (a shared run or server) are built once: the file runs whole on one
+# test worker (make test, --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_docs_examples")
+
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # a block fenced as ```yaml ci is a CI pipeline, not a scenario (tests/report/test_ci.py runs it)
 BLOCK = re.compile(r"```yaml\n(.*?)```", re.S)

@@ -13,6 +13,10 @@ from conftest import loadkit, results, write
 
 from loadkit.control.embedded import EmbeddedServer
 
+# its module fixtures (a shared run or server) are built once: the file runs whole on one
+# test worker (make test, --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_tls")
+
 SCENARIO = """
 name: tls
 target:
