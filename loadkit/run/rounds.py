@@ -231,8 +231,8 @@ class Looks:
                 seq["stopped"] = (f"precise: nothing to compare, and every estimate is within "
                                   f"±{self.noise / 2:.1%} at {self.result.confidence:.0%}")
         seq["looks"].append(look)
-        if seq["stopped"]:
-            pass
+        if not left:
+            pass  # stopped above: decided, or precise
         elif done >= self.design.max_rounds:
             seq["stopped"] = f"max_repeats: {done} rounds, {len(left)} {what}"
         elif late:

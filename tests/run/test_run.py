@@ -176,12 +176,10 @@ def _orphans(before: set[int]) -> set[int]:
     """Servers started since `before` whose starter is gone: a python process starts every
     embedded server (a test's, a worker's), so one left to init or a shell was leaked."""
     def orphaned(pid: int) -> bool:
-        parent = parent_of(pid)
         try:
-            cmd = Path(f"/proc/{parent}/cmdline").read_bytes()
-        except OSError:
-            return parent_of(pid) != 0  # the parent is gone and the server is not
-        return b"python" not in cmd
+            return b"python" not in Path(f"/proc/{parent_of(pid)}/cmdline").read_bytes()
+        except OSError:  # the parent is gone: orphaned, unless the server went too
+            return parent_of(pid) != 0
     return {p for p in _tritons() - before if orphaned(p)}
 
 
