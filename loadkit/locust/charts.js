@@ -21,8 +21,9 @@
       if (!r.step || r.phase === "(run)") return;
       var thr = parseFloat(r.infer_s), p99 = parseFloat(r.p99);
       if (isNaN(thr) || isNaN(p99)) return;
+      // p99Text: the table's own cell, so the chart's title never rounds it a second time
       out.push({phase: r.phase, step: r.step, load: r.load, thr: thr, p99: p99,
-                live: r.delta === "live"});
+                p99Text: r.p99, live: r.delta === "live"});
     });
     return out;
   }
@@ -70,7 +71,7 @@
                               "class": "loadkit-" + key});
         c.appendChild(el("title", {}, p.phase + " step " + p.step + ": " +
                          (key === "thr" ? p.thr.toFixed(1) + " infer/s"
-                                        : "p99 " + p.p99.toFixed(3) + " ms") +
+                                        : "p99 " + p.p99Text + " ms") +
                          (p.live ? " (live)" : "")));
         svg.appendChild(c);
       });
