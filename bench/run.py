@@ -333,6 +333,7 @@ def dataset_rows(address: str, args: argparse.Namespace, work: Path,
     concurrency 8, and loadkit with one payload beside it: what a pool costs per inference,
     and how long loadkit takes to read and prepare the file."""
     from loadkit.scenario import load_scenario
+    from loadkit.transport.grpc_door import GrpcEncoder
     from loadkit.transport.payloads import prepare_pool
 
     rng = __import__("numpy").random.default_rng(3)
@@ -345,7 +346,7 @@ def dataset_rows(address: str, args: argparse.Namespace, work: Path,
                                     shared="false", data="data: dataset",
                                     dataset=f"\n    dataset: {{file: {path}, max_size: 1GB}}"))
     t0 = time.perf_counter()
-    pool = prepare_pool(load_scenario(scen).requests["dense_b1"])
+    pool = prepare_pool(load_scenario(scen).requests["dense_b1"], GrpcEncoder())
     startup_s = round(time.perf_counter() - t0, 2)
     pairs = []
     for i in range(args.pairs):

@@ -1,5 +1,6 @@
 """The engine: every inference of a process runs on one native thread, an asyncio loop that
-speaks gRPC over one HTTP/2 connection (transport/wire.py).
+sends through one door into Triton (transport/door.py: gRPC over one HTTP/2 connection, or
+HTTP/REST over keep-alive connections).
 
 Why not in the Locust user's greenlet: grpc under gevent cost several times perf_analyzer's
 client CPU per inference (docs/performance.md). Each Locust user owns one *lane*: a coroutine on
@@ -27,22 +28,18 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from tritonclient.grpc import service_pb2
-
 from loadkit.engine.eventloop import new_event_loop
 from loadkit.engine.pools import Pools
 from loadkit.engine.slots import Completion, Done, Lane, Responses, Result, Slot
-from loadkit.engine.streaming import CANCELLED_HERE, ERROR_FIELD_TAG, Read, StreamPolicy
+from loadkit.engine.streaming import CANCELLED_HERE, Read, StreamPolicy
 from loadkit.record import Recorder, StepWindow
 from loadkit.scenario import TargetSpec
-from loadkit.transport.call import InferError, StreamsFull
-from loadkit.transport.connection import Connection
-from loadkit.transport.wire import Wire
+from loadkit.transport.call import InferError
+from loadkit.transport.door import Door
+from loadkit.transport.doors import encoder_for, open_door
 
 log = logging.getLogger("loadkit.engine")
 
-MODEL_INFER = b"/inference.GRPCInferenceService/ModelInfer"
-MODEL_STREAM_INFER = b"/inference.GRPCInferenceService/ModelStreamInfer"
 WATCHDOG_S = 0.05
 T = TypeVar("T")
 # What a gate opening runs on each lane: the load model's runner bound to the lane interface
@@ -51,7 +48,7 @@ LaneTask = Callable[[Lane], Awaitable[None]]
 
 
 class Engine:
-    """Owns the thread, the loop, the connection (Wire) and the lanes of one process."""
+    """Owns the thread, the loop, the door (its connections) and the lanes of one process."""
 
     def __init__(
         self,
@@ -95,7 +92,8 @@ class Engine:
         self.idle_slots: list[Slot] = []  # for requests no lane owns (engine/host.py)
         self.runner: LaneTask | None = None
         self.generation = 0
-        self.wire: Wire | None = None
+        self.door: Door | None = None  # opened on the engine's thread
+        self.encoder = encoder_for(address, target)  # a sequence's flags (engine/host.py)
         self._stopped = False
 
     # ---- main-thread side ---------------------------------------------------------------
@@ -186,7 +184,7 @@ class Engine:
         self.gate = asyncio.Event()
         if self._gate_open:
             self.gate.set()
-        self.wire = Wire(self.address, self.target)
+        self.door = open_door(self.address, target=self.target, loop=loop, unary=self.unary)
         watchdog = loop.create_task(self._watchdog())
         self._ready.set()
         try:
@@ -205,8 +203,8 @@ class Engine:
             tasks = [lane.task for lane in self.lanes if lane.task is not None]
             if tasks:
                 await asyncio.wait(tasks, timeout=5)
-            assert self.wire is not None
-            self.wire.close()
+            assert self.door is not None
+            self.door.close()
             await asyncio.sleep(0)  # the close frames leave
         finally:
             done.set()
@@ -256,11 +254,9 @@ class Engine:
             self._abandon(lane.slot, "CANCELLED", "the user stopped")
 
     def send(self, slot: Slot, payload: bytes, done: Done, streaming: int = Read.PLAIN) -> None:
-        """(Engine thread.) Start one request on the slot: on its own bidirectional stream
-        (opened on first use, and again after a deadline, a reset or a lost connection), or
-        with `unary` as one ModelInfer call. `done(Result)` runs on the loop when it ends,
-        however it ends (`streaming`: a decoupled model's request ends at its final response).
-        Keeps `inflight`."""
+        """(Engine thread.) Start one request on the slot through the door. `done(Result)` runs
+        on the loop when it ends, however it ends (`streaming`: a decoupled model's request
+        ends at its final response). Keeps `inflight`."""
         if slot.reply is None:
             slot.reply = functools.partial(self._reply, slot)
         if streaming:
@@ -269,6 +265,7 @@ class Engine:
             slot.stream.reset(max(streaming, 0), streaming == Read.KEEP)
         else:
             slot.stream = None
+        slot.decoupled = bool(streaming)
         self.inflight += 1
         self._busy.add(slot)
         slot.seq += 1
@@ -276,68 +273,8 @@ class Engine:
         slot.payload = payload
         slot.check = self.requests.last_drawn if self.requests.validating else None
         slot.sent_ns = time.perf_counter_ns()
-        assert self.wire is not None and self.loop is not None
-        conn = self.wire.live()
-        if conn is None:
-            self.loop.create_task(self._connect_and_put(slot, slot.seq, payload))
-        else:
-            self._put(slot, conn, payload)
-
-    async def _connect_and_put(self, slot: Slot, seq: int, payload: bytes) -> None:
-        assert self.wire is not None
-        try:
-            conn = await self.wire.connection()
-        except InferError as exc:
-            if slot.seq == seq and slot.sent_ns:
-                self._reply(slot, None, exc)
-            return
-        except asyncio.CancelledError:
-            if slot.seq == seq and slot.sent_ns:
-                self._reply(slot, None, InferError("CANCELLED", "loadkit stopped"))
-            raise
-        if slot.seq == seq and slot.sent_ns:  # not abandoned while connecting
-            self._put(slot, conn, payload)
-
-    def _put(self, slot: Slot, conn: Connection, payload: bytes) -> None:
-        unary = self.unary
-        call = slot.call
-        decoupled = slot.stream is not None
-        if call is not None and slot.call_decoupled != decoupled and slot.conn is conn:
-            # a decoupled and a plain model's requests never share a stream (Triton 2.51
-            # crashed so: docs/streaming.md); the idle one ends, this kind gets its own
-            conn.send(call, b"", end_stream=True)
-            call = slot.call = None
-        slot.call_decoupled = decoupled
-        if unary or call is None or call.ended or slot.conn is not conn:
-            if call is not None and slot.conn is not None and not call.ended:
-                slot.conn.cancel(call, InferError("CANCELLED", "moved to a new connection"))
-            try:
-                call = conn.open(MODEL_INFER if unary else MODEL_STREAM_INFER, unary)
-            except StreamsFull:  # as a grpc call does, wait for a stream the server frees
-                slot.call, slot.stream_wait = None, conn.stream_limit
-                conn.wait_stream(functools.partial(self._retry_put, slot, slot.seq))
-                return
-            except InferError as exc:
-                slot.call = None
-                self._reply(slot, None, exc)
-                return
-            slot.call, slot.conn, slot.stream_wait = call, conn, 0
-        conn.send(call, payload, end_stream=unary)
-        call.wait(slot.reply)
-
-    def _retry_put(self, slot: Slot, seq: int) -> None:
-        """A stream was freed (or the connection is going away): send the waiting request on
-        the live connection, unless its deadline abandoned it meanwhile."""
-        assert self.wire is not None and self.loop is not None
-        conn = self.wire.live()
-        if slot.seq != seq or not slot.sent_ns:
-            if conn is not None:
-                conn.release_waiting()  # the stream it was woken for goes to the next one
-            return
-        if conn is None:
-            self.loop.create_task(self._connect_and_put(slot, seq, slot.payload))
-        else:
-            self._put(slot, conn, slot.payload)
+        assert self.door is not None
+        self.door.put(slot, payload)
 
     def _reply(self, slot: Slot, message: bytes | None, error: InferError | None) -> None:
         """The slot's request ended: account for it, then tell whoever sent it.
@@ -346,12 +283,12 @@ class Engine:
         its callback, so both include the client's own framing. How much of it was loadkit's
         (h2's pure-Python framing before the socket write and after the socket read) is
         `own_us`, reported per step so a reader sees what the generator added."""
+        door = self.door
+        assert door is not None
         if error is not None and error.refused and slot.sent_ns:
-            # the server did not take the stream (over its limit as it counts): send again on
-            # a new stream, within the same deadline
-            slot.call = None
-            assert self.loop is not None
-            self.loop.call_soon(self._retry_put, slot, slot.seq)
+            # the server did not take the request (over its limit as it counts): send again,
+            # within the same deadline
+            door.retry(slot)
             return
         end_ns = time.perf_counter_ns()
         stream = slot.stream
@@ -359,15 +296,11 @@ class Engine:
             if stream.cancel_after and stream.count >= stream.cancel_after and slot.call:
                 error = CANCELLED_HERE  # the client's cancel: its stream is reset below
             elif slot.call is not None:  # more responses to come for this request
-                slot.call.wait(slot.reply)  # type: ignore[arg-type]
+                door.more(slot)
                 return
         sent_ns = slot.sent_ns
         latency_us = (end_ns - sent_ns) // 1000
-        own_us = 0
-        call, conn = slot.call, slot.conn
-        if message is not None and call is not None and call.tx_ns >= slot.sent_ns:
-            rx_ns = conn.rx_ns if conn is not None and conn.rx_ns > call.tx_ns else end_ns
-            own_us = latency_us - (rx_ns - call.tx_ns) // 1000
+        own_us = door.own_us(slot, latency_us, end_ns) if message is not None else 0
         slot.sent_ns = 0
         self._busy.discard(slot)
         self.inflight -= 1
@@ -376,17 +309,15 @@ class Engine:
         size = 0
         if message is not None:
             size = len(message)
-            if message[:1] == ERROR_FIELD_TAG and not self.unary:
-                text = service_pb2.ModelStreamInferResponse.FromString(message).error_message
-                if text:
-                    error = InferError("INFER_ERROR", text)
+            text = door.error_in(message)
+            if text:
+                error = InferError("INFER_ERROR", text)
             if error is None and slot.check is not None:
-                error = self.requests.validate(message, self.unary, slot.check)
+                error = self.requests.validate(door.outputs(slot, message), slot.check)
         done, slot.done = slot.done, None
-        if stream is not None and error is not None and call and conn and not call.ended:
+        if stream is not None and error is not None:
             # responses may still come for the failed request: never on the next one's stream
-            conn.cancel(call, InferError("CANCELLED", "dropped after a failed request"))
-            slot.call = None
+            door.cancel(slot, InferError("CANCELLED", "dropped after a failed request"))
         if done is not None:
             done(Result(latency_us, size, error, end_ns, own_us) if stream is None
                  else stream.result(latency_us, size, error, end_ns, own_us, sent_ns))
@@ -427,14 +358,13 @@ class Engine:
     def _abandon(self, slot: Slot, code: str, details: str) -> None:
         """Reset the slot's call, if it has one (the stream is opened again on the next send);
         a request still waiting for its connection ends here."""
-        call, conn, slot.call = slot.call, slot.conn, None
         seq = slot.seq
         if slot.stream_wait:
             details += (f" (it waited for a free HTTP/2 stream: the server allows "
                         f"{slot.stream_wait} at once on a connection)")
             slot.stream_wait = 0
-        if call is not None and conn is not None:
-            conn.cancel(call, InferError(code, details))
+        if self.door is not None:
+            self.door.cancel(slot, InferError(code, details))
         # no call yet (connecting), or its waiter already cleared; not a request the cancel's
         # completion went on to send
         if slot.sent_ns and slot.seq == seq:

@@ -24,8 +24,7 @@ from loadkit.engine.pools import Pools
 from loadkit.engine.slots import Done, Lane, Result, Slot
 from loadkit.engine.streaming import StreamPolicy
 from loadkit.record import Recorder, StepWindow
-from loadkit.transport.connection import Connection
-from loadkit.transport.payloads import in_sequence, sequence_id
+from loadkit.transport.door import Encoder
 
 
 class Host:
@@ -47,6 +46,7 @@ class Host:
         # the lanes whose open sequences end_dangling lets go of (loads/sequence.py)
         self.lanes: set[Lane] = engine.lanes
         self._drained: threading.Event = engine.drained
+        self._encoder: Encoder = engine.encoder
 
     # ---- when: live engine state, read where it is needed ----------------------------------
     @property
@@ -74,15 +74,13 @@ class Host:
         r = self.requests
         return r.draw(i, rng, window) if r.pooled else r.first[i]
 
-    @staticmethod
-    def sequence_id(id_type: str, corr: int) -> bytes:
-        """A correlation id in the transport's encoding (transport/payloads.py)."""
-        return sequence_id(id_type, corr)
+    def sequence_id(self, id_type: str, corr: int) -> bytes:
+        """A correlation id in the door's encoding (transport/door.py Encoder)."""
+        return self._encoder.sequence_id(id_type, corr)
 
-    @staticmethod
-    def in_sequence(payload: bytes, ids: bytes, first: bool, last: bool) -> bytes:
+    def in_sequence(self, payload: bytes, ids: bytes, first: bool, last: bool) -> bytes:
         """A prepared request with a sequence's id and its START / END flags."""
-        return in_sequence(payload, ids, first, last)
+        return self._encoder.in_sequence(payload, ids, first, last)
 
     # ---- what happened: the step's counters, written here from what the lanes say ------------
     def window(self) -> StepWindow | None:
@@ -134,19 +132,15 @@ class Host:
         self._engine.idle_slots.append(slot)
 
     # ---- many sends in one write (an open loop's due arrivals) ---------------------------------
-    def cork(self) -> Connection | None:
-        """Hold the connection's writes until uncork (None: no connection yet)."""
-        wire = self._engine.wire
-        conn = wire.live() if wire is not None else None
-        if conn is not None:
-            conn.corked = True
-        return conn
+    def cork(self) -> object:
+        """Hold the door's writes until uncork (what uncork is handed back)."""
+        door = self._engine.door
+        return door.cork() if door is not None else None
 
-    @staticmethod
-    def uncork(conn: Connection | None) -> None:
-        if conn is not None:
-            conn.corked = False
-            conn.flush()
+    def uncork(self, token: object) -> None:
+        door = self._engine.door
+        if door is not None:
+            door.uncork(token)
 
 
 # A load model's lane runner (loads/): sends a lane's requests until the gate closes or the

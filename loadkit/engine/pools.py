@@ -1,6 +1,6 @@
-"""A process's prepared requests: per template a pool of framed request bytes, and how the
-engine draws from it (in turn, continuing across steps, or at random), which entry it sent
-(for the step's count of distinct requests and for output validation)."""
+"""A process's prepared requests: per template a pool of request bytes as the door sends
+them, and how the engine draws from it (in turn, continuing across steps, or at random),
+which entry it sent (for the step's count of distinct requests and for output validation)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from loadkit.record import StepWindow
-from loadkit.transport.call import InferError, frame
+from loadkit.transport.call import InferError
+from loadkit.transport.door import Outputs
 from loadkit.transport.validate import mismatch
 
 
 class Pools:
     def __init__(self, pools: Sequence[Sequence[bytes]], names: Sequence[str],
                  random_order: Sequence[bool] | None = None):
-        self.pools = [[frame(p) for p in pool] for pool in pools]
+        self.pools = [list(pool) for pool in pools]
         self.first = [pool[0] for pool in self.pools]
         self.names = list(names)
         # per template, `order: random` (else each pool is sent in turn)
@@ -84,10 +85,10 @@ class Pools:
         self.last_drawn = (i, j)
         return pool[j]
 
-    def validate(self, message: bytes, unary: bool, check: tuple[int, int]) -> InferError | None:
+    def validate(self, outputs: Outputs, check: tuple[int, int]) -> InferError | None:
         """MISMATCH when the response differs from what entry `check` expects."""
         expected = self.expected[check[0]]
         if expected is None:
             return None
-        why = mismatch(message, unary, expected[check[1]])
+        why = mismatch(outputs, expected[check[1]])
         return None if why is None else InferError("MISMATCH", why)

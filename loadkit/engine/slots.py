@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from loadkit.engine.streaming import ERROR_FIELD_TAG, FINAL, response_kind
-from loadkit.transport.call import Call, InferError, Reply
-from loadkit.transport.wire import Connection
+from loadkit.transport.call import InferError
+from loadkit.transport.door import Ticket
 
 ERROR_BYTE = ERROR_FIELD_TAG[0]
 
@@ -89,21 +89,13 @@ class Completion:
 
 
 @dataclass(eq=False, kw_only=True)
-class Slot:
-    """Room for one request in flight: its call (a stream kept open, or one unary call), the
-    connection the call is on, its send time, and who hears how it ended."""
+class Slot(Ticket):
+    """Room for one request in flight: what the door keeps for it (door.py's Ticket: its call,
+    connection, send time, reply), and who hears how it ended."""
 
-    call: Call | None = None
-    conn: Connection | None = None
-    sent_ns: int = 0
-    seq: int = 0  # which request the slot carries, so a late connect never sends a stale one
     done: Done | None = None
-    reply: Reply | None = None  # the Call waiter for this slot, bound once (Engine._reply)
-    stream_wait: int = 0  # waiting for a free HTTP/2 stream: the server's limit, else 0
-    payload: bytes = b""  # the request in flight, sent again if the server refuses its stream
     check: tuple[int, int] | None = None  # (template, pool entry) whose outputs to validate
     stream: Responses | None = None  # a decoupled model's request: its streamed responses
-    call_decoupled: bool = False  # the stream `call` carries a decoupled model's requests
 
 
 @dataclass(eq=False, kw_only=True)

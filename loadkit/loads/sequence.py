@@ -4,7 +4,7 @@ other open sequence has. Concurrency is the number of sequences in flight. Templ
 `sequence` in the same mix are sequences of one request.
 
 The flags and the id are KServe request parameters, added to the template's prepared request
-by the transport's encoder (Host.in_sequence, transport/payloads.py): nothing is re-serialized
+by the transport's encoder (Host.in_sequence, transport/door.py Encoder): nothing is re-serialized
 per request, and no framing happens here.
 """
 

@@ -32,6 +32,7 @@ from loadkit.record import Recorder, StepWindow
 from loadkit.run.drive import Collected
 from loadkit.scenario import Scenario
 from loadkit.scenario.llm import load_tokenizer
+from loadkit.transport.doors import encoder_for
 from loadkit.transport.payloads import expected_pool, prepare_pool
 
 DRAIN_POLL_S = 0.002
@@ -81,7 +82,8 @@ class LocalDrive:
         self.recorder = Recorder()
         names = list(scenario.requests)  # a phase's mix may use any of them
         self.template_names = names
-        self.payloads = [prepare_pool(scenario.requests[n]) for n in names]
+        encoder = encoder_for(address, scenario.target)
+        self.payloads = [prepare_pool(scenario.requests[n], encoder) for n in names]
         # per phase: the cumulative weights pick() draws from (switched at each gate opening)
         self.mixes = [cumulative(names, p.mix) for p in plan.phases]
         self.cumulative = cumulative(names, scenario.mix)

@@ -132,6 +132,7 @@ class TLSSpec:
 
 
 TRANSPORTS = ("stream", "unary")
+PROTOCOLS = ("grpc", "http")  # Triton's doors (docs/doors.md)
 
 
 SERVER_LOSS_POLICIES = ("abort", "wait")
@@ -140,9 +141,12 @@ SERVER_LOSS_WAIT_S = {"abort": 10.0, "wait": 600.0}
 
 @dataclass(frozen=True, kw_only=True)
 class TargetSpec:
-    """Where load goes. `grpc=None` means the embedded server that loadkit starts itself."""
+    """Where load goes. No address means the embedded server that loadkit starts itself."""
 
-    grpc: str | None = None
+    grpc: str | None = None  # host:port (gRPC, or HTTP with protocol: http)
+    url: str | None = None  # http://host:port, https://host:port or grpc://host:port
+    protocol: str = "grpc"  # the door when the address has no scheme
+    http_binary: bool = True  # HTTP: the binary tensor extension (false: JSON tensors)
     tls: TLSSpec | None = None
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     timeout_s: float = 10.0
@@ -158,6 +162,16 @@ class TargetSpec:
     # Other clients send to the same models: the server's counts include theirs, so client ==
     # server per model cannot be checked (and is reported unchecked, with this reason).
     shared: bool = False
+
+    @property
+    def address(self) -> str | None:
+        """The address as the engine and control plane take it: host:port for gRPC,
+        http(s)://host:port for HTTP (None: the embedded server)."""
+        if self.url:
+            return self.url.removeprefix("grpc://").rstrip("/")
+        if self.grpc and self.protocol == "http":
+            return f"http://{self.grpc}"
+        return self.grpc
 
 
 @dataclass(frozen=True, kw_only=True)

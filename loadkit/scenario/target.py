@@ -7,6 +7,7 @@ from typing import Any
 
 from loadkit.scenario.checks import Checker, found
 from loadkit.scenario.model import (
+    PROTOCOLS,
     SERVER_LOSS_POLICIES,
     SERVER_LOSS_WAIT_S,
     TRANSPORTS,
@@ -15,13 +16,15 @@ from loadkit.scenario.model import (
 )
 from loadkit.scenario.source import KeyPath
 
+URL = re.compile(r"^(https?|grpc)://[\w.\-\[\]:]+:\d+/?$")
+
 
 def _target(ck: Checker, raw: Any) -> TargetSpec:
     path: KeyPath = ("target",)
     m = ck.mapping(
-        raw, path, ("grpc", "tls", "headers", "timeout", "metrics", "transport",
-                    "on_server_loss", "server_loss_wait", "reload_timeout", "max_message_size",
-                    "shared"),
+        raw, path, ("grpc", "url", "protocol", "http", "tls", "headers", "timeout", "metrics",
+                    "transport", "on_server_loss", "server_loss_wait", "reload_timeout",
+                    "max_message_size", "shared"),
     )
     if m is None:
         return TargetSpec()
@@ -32,6 +35,7 @@ def _target(ck: Checker, raw: Any) -> TargetSpec:
             ck.add(
                 (*path, "grpc"), f"expected host:port such as 127.0.0.1:8001; found {grpc_addr!r}"
             )
+    url, protocol, binary = _door(ck, m, path, grpc_addr)
     tls = None
     if "tls" in m:
         t = ck.mapping(m["tls"], (*path, "tls"), ("root_certs", "client_cert", "client_key"))
@@ -77,8 +81,36 @@ def _target(ck: Checker, raw: Any) -> TargetSpec:
     if "max_message_size" in m:
         max_bytes = ck.size(m["max_message_size"], (*path, "max_message_size")) or max_bytes
     return TargetSpec(
-        grpc=grpc_addr, tls=tls, headers=tuple(headers), timeout_s=timeout or 10.0,
+        grpc=grpc_addr, url=url, protocol=protocol, http_binary=binary, tls=tls,
+        headers=tuple(headers), timeout_s=timeout or 10.0,
         secret_values=tuple(ck.secrets), metrics=metrics, transport=transport,
         on_server_loss=policy, server_loss_wait_s=wait_s, reload_timeout_s=reload_s,
         max_message_bytes=max_bytes, shared=ck.boolean(m, "shared", path, False),
     )
+
+
+def _door(ck: Checker, m: dict[str, Any], path: KeyPath,
+          grpc_addr: str | None) -> tuple[str | None, str, bool]:
+    """Which door (url's scheme, or protocol) and its options: (url, protocol, binary)."""
+    url = None
+    if "url" in m:
+        url = ck.string(m["url"], (*path, "url"), "a URL such as http://127.0.0.1:8000")
+        if url and not URL.match(url):
+            ck.add((*path, "url"), "expected http://host:port, https://host:port or "
+                   f"grpc://host:port such as http://127.0.0.1:8000; found {url!r}")
+            url = None
+        if url and grpc_addr:
+            ck.add((*path, "url"), "give the address once: url or grpc, not both")
+    protocol = ck.choice(m, "protocol", path, PROTOCOLS, "grpc")
+    if url and "protocol" in m and not url.startswith(protocol):
+        ck.add((*path, "protocol"), f"the url says {url.split(':')[0]}, protocol says "
+               f"{protocol}: give the door once (the url's scheme)")
+    binary = True
+    if "http" in m:
+        h = ck.mapping(m["http"], (*path, "http"), ("binary",))
+        if h is not None:
+            binary = ck.boolean(h, "binary", (*path, "http"), True)
+    if "transport" in m and (protocol == "http" or (url or "").startswith("http")):
+        ck.add((*path, "transport"), "transport (stream | unary) chooses between gRPC's "
+               "calls; over HTTP every request is one call: remove it")
+    return url, protocol, binary

@@ -1,5 +1,5 @@
-"""Request bytes: each template's ModelInferRequests are serialized once, at start-up, and every
-call sends them as they are.
+"""Request bytes: each template's requests are encoded once, at start-up, by the door's encoder
+(grpc_door.py, http_door.py), and every call sends them as they are.
 
 A template has a pool of prepared requests: one (the default), `pool: N` generated ones (random
 inputs seeded per entry, shapes mixed by weight), or one per group of data set entries (a batch
@@ -14,9 +14,9 @@ import struct
 from collections.abc import Iterator
 
 import numpy as np
-from tritonclient.grpc import service_pb2
 
 from loadkit.scenario import DTYPES, InputSpec, RequestTemplate, mixed_shapes
+from loadkit.transport.door import Encoder
 
 ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz     ", dtype=np.uint8)
 
@@ -73,36 +73,11 @@ def tensor_bytes(arr: np.ndarray, dtype: str) -> bytes:
     return np.ascontiguousarray(arr, DTYPES[dtype]).tobytes()
 
 
-def _serialize(template: RequestTemplate, tensors: list[tuple[InputSpec, np.ndarray]]) -> bytes:
-    req = service_pb2.ModelInferRequest(model_name=template.model, model_version=template.version)
-    if template.decoupled:  # the final response then says so (engine/streaming.py)
-        req.parameters["triton_enable_empty_final_response"].bool_param = True
-    for key, value in template.parameters:
-        param = req.parameters[key]
-        if isinstance(value, bool):
-            param.bool_param = value
-        elif isinstance(value, int):
-            param.int64_param = value
-        elif isinstance(value, float):
-            param.double_param = value
-        else:
-            param.string_param = value
-    for spec, arr in tensors:
-        tensor = req.inputs.add()
-        tensor.name = spec.name
-        tensor.datatype = spec.dtype
-        tensor.shape.extend(arr.shape)
-        req.raw_input_contents.append(tensor_bytes(arr, spec.dtype))
-    for name in template.outputs:
-        req.outputs.add().name = name
-    return req.SerializeToString()
-
-
-def _generated(template: RequestTemplate) -> Iterator[bytes]:
+def _generated(template: RequestTemplate, encoder: Encoder) -> Iterator[bytes]:
     n = max(1, template.pool)
     shapes = {s.name: mixed_shapes(s, n) for s in template.inputs if s.shapes}
     for k in range(n):
-        yield _serialize(template, [
+        yield encoder.encode(template, [
             (s, input_array(s, template.batch_size, template.batched, k,
                             shapes[s.name][k] if s.shapes else None))
             for s in template.inputs])
@@ -115,7 +90,7 @@ def batches(entries: int, batch: int) -> int:
     return max(1, -(-entries // batch))
 
 
-def _from_dataset(template: RequestTemplate) -> Iterator[bytes]:
+def _from_dataset(template: RequestTemplate, encoder: Encoder) -> Iterator[bytes]:
     assert template.dataset is not None
     entries = template.dataset.entries
     b = template.batch_size if template.batched else 1
@@ -134,7 +109,7 @@ def _from_dataset(template: RequestTemplate) -> Iterator[bytes]:
                     f"{sorted({a.shape for a in arrays})}: a batch needs one shape")
             arr = np.stack(arrays) if template.batched else arrays[0]
             tensors.append((s, arr))
-        yield _serialize(template, tensors)
+        yield encoder.encode(template, tensors)
 
 
 def expected_pool(template: RequestTemplate) -> list[dict[str, np.ndarray]] | None:
@@ -151,34 +126,8 @@ def expected_pool(template: RequestTemplate) -> list[dict[str, np.ndarray]] | No
     return out
 
 
-def prepare_pool(template: RequestTemplate) -> list[bytes]:
-    """Every request the template sends, serialized once."""
+def prepare_pool(template: RequestTemplate, encoder: Encoder) -> list[bytes]:
+    """Every request the template sends, encoded once by the door's encoder (door.py)."""
     if template.dataset is not None:
-        return list(_from_dataset(template))
-    return list(_generated(template))
-
-
-# ---- a sequence's id and flags: KServe request parameters (`sequence_id`, `sequence_start`,
-# `sequence_end`) appended to a prepared request as serialized map entries (protobuf merges
-# repeated fields on concatenation), so nothing is re-serialized per request ----------------
-def _param(key: str, **value: object) -> bytes:
-    req = service_pb2.ModelInferRequest()
-    req.parameters[key].CopyFrom(service_pb2.InferParameter(**value))
-    return req.SerializeToString()
-
-
-START = _param("sequence_start", bool_param=True)
-END = _param("sequence_end", bool_param=True)
-
-
-def sequence_id(id_type: str, corr: int) -> bytes:
-    """A correlation id as the parameter a model declares (`string` or `uint64`)."""
-    if id_type == "string":
-        return _param("sequence_id", string_param=str(corr))
-    return _param("sequence_id", int64_param=corr)
-
-
-def in_sequence(framed: bytes, ids: bytes, first: bool, last: bool) -> bytes:
-    """A framed request with a sequence's id and its START / END flags appended."""
-    body = framed[5:] + ids + (START if first else b"") + (END if last else b"")
-    return b"\x00" + len(body).to_bytes(4, "big") + body
+        return list(_from_dataset(template, encoder))
+    return list(_generated(template, encoder))

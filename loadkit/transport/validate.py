@@ -10,9 +10,9 @@ import struct
 from typing import Any
 
 import numpy as np
-from tritonclient.grpc import service_pb2
 
 from loadkit.scenario import DTYPES
+from loadkit.transport.door import Outputs
 
 RTOL, ATOL = 1e-5, 1e-6
 
@@ -26,19 +26,13 @@ def _strings(raw: bytes) -> list[bytes]:
     return out
 
 
-def mismatch(message: bytes, unary: bool, expected: dict[str, np.ndarray]) -> str | None:
-    """Why the response differs from `expected` (output name -> flat values), or None."""
-    if unary:
-        resp = service_pb2.ModelInferResponse.FromString(message)
-    else:
-        resp = service_pb2.ModelStreamInferResponse.FromString(message).infer_response
-    index = {o.name: k for k, o in enumerate(resp.outputs)}
+def mismatch(outputs: Outputs, expected: dict[str, np.ndarray]) -> str | None:
+    """Why the response's outputs (as the door read them) differ from `expected` (output
+    name -> flat values), or None."""
     for name, want in expected.items():
-        k = index.get(name)
-        if k is None or k >= len(resp.raw_output_contents):
-            return f"output '{name}' is not in the response (has: {', '.join(index) or 'none'})"
-        datatype = resp.outputs[k].datatype
-        raw = resp.raw_output_contents[k]
+        if name not in outputs:
+            return f"output '{name}' is not in the response (has: {', '.join(outputs) or 'none'})"
+        datatype, raw = outputs[name]
         got: Any
         if datatype == "BYTES":
             got = _strings(raw)

@@ -12,6 +12,7 @@ from conftest import loadkit, results, tokenizer_file, write
 
 from loadkit.control.embedded import EmbeddedServer
 from loadkit.scenario import load_scenario
+from loadkit.transport.grpc_door import GrpcEncoder
 from loadkit.transport.payloads import prepare_pool
 
 # its module fixtures (a shared run or server) are built once: the file runs whole on one
@@ -220,7 +221,7 @@ phases: [{{name: x, load: {{concurrency: 1, step_duration: 1s}}}}]
     assert t.llm.tokens_by == "tokenizer.json" and t.llm.input_tokens_mean == sum(counts) / 10
     assert all(abs(c - 12) <= 1 for c in counts), counts  # cut to 12 tokens (a re-encode may merge)
     # every request is a distinct prepared payload
-    assert len(set(prepare_pool(v))) == 50
+    assert len(set(prepare_pool(v, GrpcEncoder()))) == 50
 
 
 LLM = """

@@ -16,6 +16,7 @@ from tritonclient.utils import deserialize_bytes_tensor, serialize_byte_tensor
 
 from loadkit.plan import build_plan
 from loadkit.scenario import load_scenario
+from loadkit.transport.grpc_door import GrpcEncoder
 from loadkit.transport.payloads import prepare_pool, tensor_bytes
 
 
@@ -77,7 +78,8 @@ phases: [{name: p, load: {concurrency: 1, step_duration: 1s}}]
 """))
     import dataclasses
     t = dataclasses.replace(scen.requests["a"], batched=False)
-    pool = [service_pb2.ModelInferRequest.FromString(p) for p in prepare_pool(t)]
+    pool = [service_pb2.ModelInferRequest.FromString(p[5:])
+            for p in prepare_pool(t, GrpcEncoder())]
     assert len(pool) == 2
     got = [[np.frombuffer(c, np.float32).tolist() for c in r.raw_input_contents] for r in pool]
     assert got == [[[1, 2, 3, 4], [5, 6, 7, 8]], [[0, 0, 0, 1], b.tolist()]]
@@ -99,8 +101,8 @@ requests:
         shapes: [{shape: [16], weight: 50}, {shape: [64], weight: 30}, {shape: [256], weight: 20}]
 phases: [{name: p, load: {concurrency: 1, step_duration: 1s}}]
 """))
-    pool = [service_pb2.ModelInferRequest.FromString(p)
-            for p in prepare_pool(scen.requests["a"])]
+    pool = [service_pb2.ModelInferRequest.FromString(p[5:])
+            for p in prepare_pool(scen.requests["a"], GrpcEncoder())]
     dims = [int(r.inputs[0].shape[1]) for r in pool]
     assert {d: dims.count(d) for d in set(dims)} == {16: 50, 64: 30, 256: 20}
     assert dims[:10].count(16) in (4, 5, 6)  # interleaved, not 50 x 16 first
@@ -173,7 +175,9 @@ def test_sequence_flags_ride_on_the_prepared_request() -> None:
     sequence_id, sequence_start and sequence_end, its inputs untouched."""
     from loadkit.loads.sequence import Ids
     from loadkit.scenario import SequenceSpec
-    from loadkit.transport.payloads import END, START, sequence_id
+    from loadkit.transport.grpc_door import END, START
+
+    sequence_id = GrpcEncoder().sequence_id
 
     base = service_pb2.ModelInferRequest(model_name="accumulate")
     base.raw_input_contents.append(b"\x01\x00\x00\x00")

@@ -1,0 +1,361 @@
+"""The HTTP/REST door (KServe v2 over HTTP/1.1): each pool entry written once as a whole
+`POST /v2/models/M/infer` request, with the binary tensor extension by default (a JSON
+inference header, `Inference-Header-Content-Length`, then the raw tensors; outputs asked for
+binary), JSON tensors with `http: {binary: false}`.
+
+HTTP/1.1 has no multiplexing, so each slot keeps its own keep-alive connection: as many
+connections as requests in flight, opened on first use and again after a deadline (a request
+cannot be cancelled on the wire other than by closing its connection) or a loss. A response is
+parsed by hand (status line, Content-Length or chunked, the inference header's length) and
+handed to the engine whole; its outputs are read only for validation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import ssl
+import time
+from typing import Any
+
+import numpy as np
+
+from loadkit.scenario import DTYPES, RequestTemplate, TargetSpec
+from loadkit.transport.call import InferError
+from loadkit.transport.door import Outputs, Tensors, Ticket
+
+# Triton's HTTP status for an error -> the gRPC status name reports count it under (the mapping
+# Triton's two frontends share: TRITONSERVER_Error codes)
+STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
+          404: "NOT_FOUND", 409: "ALREADY_EXISTS", 429: "UNAVAILABLE", 499: "CANCELLED",
+          500: "INTERNAL", 501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
+          504: "DEADLINE_EXCEEDED"}
+HEADER_LENGTH = b"inference-header-content-length"
+BACKOFF_S = (1.0, 120.0)  # as the gRPC door's: first wait after a failed connect, the most
+
+
+def _json_data(arr: np.ndarray, dtype: str) -> list[Any]:
+    if dtype == "BYTES":
+        return [x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in arr.ravel()]
+    return arr.ravel().tolist()
+
+
+class HttpEncoder:
+    """Whole HTTP/1.1 requests: head, inference header (its `parameters` last, so a sequence's
+    flags go in without encoding the request again), raw tensors."""
+
+    name = "http"
+
+    def __init__(self, target: TargetSpec | None = None, authority: str = ""):
+        target = target or TargetSpec()
+        self.authority = authority
+        self.binary = target.http_binary
+        self.extra = "".join(f"{k}: {v}\r\n" for k, v in target.headers)
+
+    def head(self, path: str, authority: str, header_len: int, total: int) -> bytes:
+        binary = f"Inference-Header-Content-Length: {header_len}\r\n" if self.binary else ""
+        return (f"POST {path} HTTP/1.1\r\nHost: {authority}\r\n"
+                f"Content-Type: application/{'octet-stream' if self.binary else 'json'}\r\n"
+                f"{binary}Content-Length: {total}\r\n{self.extra}\r\n").encode()
+
+    def encode(self, template: RequestTemplate, tensors: Tensors) -> bytes:
+        from loadkit.transport.payloads import tensor_bytes  # payloads imports door.py
+
+        path = f"/v2/models/{template.model}"
+        if template.version:
+            path += f"/versions/{template.version}"
+        path += "/infer"
+        inputs, blobs = [], []
+        for spec, arr in tensors:
+            entry: dict[str, Any] = {"name": spec.name, "datatype": spec.dtype,
+                                     "shape": list(arr.shape)}
+            if self.binary:
+                raw = tensor_bytes(arr, spec.dtype)
+                entry["parameters"] = {"binary_data_size": len(raw)}
+                blobs.append(raw)
+            else:
+                entry["data"] = _json_data(arr, spec.dtype)
+            inputs.append(entry)
+        header: dict[str, Any] = {"inputs": inputs}
+        if template.outputs:
+            header["outputs"] = [{"name": n, "parameters": {"binary_data": self.binary}}
+                                 for n in template.outputs]
+        params = dict(template.parameters)
+        if self.binary and not template.outputs:
+            params["binary_data_output"] = True
+        header["parameters"] = params  # last: in_sequence adds to it
+        text = json.dumps(header, separators=(",", ":")).encode()
+        body = text + b"".join(blobs)
+        return self.head(path, self.authority, len(text), len(body)) + body
+
+    def sequence_id(self, id_type: str, corr: int) -> bytes:
+        return b'"sequence_id":' + (f'"{corr}"' if id_type == "string" else str(corr)).encode()
+
+    def in_sequence(self, wire: bytes, ids: bytes, first: bool, last: bool) -> bytes:
+        """The request with a sequence's id and START / END flags in its parameters."""
+        end = wire.index(b"\r\n\r\n") + 4
+        head, body = wire[:end], wire[end:]
+        header_len = int(_header(head, b"inference-header-content-length") or len(body))
+        header, rest = body[:header_len], body[header_len:]
+        flags = [ids]
+        if first:
+            flags.append(b'"sequence_start":true')
+        if last:
+            flags.append(b'"sequence_end":true')
+        sep = b"" if header.endswith(b"{}}") else b","
+        header = header[:-2] + sep + b",".join(flags) + b"}}"
+        path = head.split(b" ", 2)[1].decode()
+        authority = _header(head, b"host") or ""
+        return self.head(path, authority, len(header), len(header) + len(rest)) + header + rest
+
+
+def _header(head: bytes, name: bytes) -> str | None:
+    m = re.search(rb"\r\n" + name + rb":\s*([^\r]*)", head, re.IGNORECASE)
+    return m.group(1).decode() if m else None
+
+
+class HttpConn(asyncio.Protocol):
+    """One keep-alive connection carrying one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.waiter: Any = None  # the ticket's reply for the request in flight
+        self.buf = b""
+        self.need = -1  # body bytes still due (-1: the head is not in yet)
+        self.chunked = False
+        self.status = 0
+        self.header_len = 0  # the response's inference header length (0: all JSON)
+        self.keep = True
+        self.tx_ns = 0
+        self.rx_ns = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def send(self, payload: bytes, reply: Any) -> None:
+        assert self.transport is not None
+        self.waiter = reply
+        self.buf, self.need = b"", -1
+        self.tx_ns = time.perf_counter_ns()
+        self.transport.write(payload)
+
+    def data_received(self, data: bytes) -> None:
+        self.rx_ns = time.perf_counter_ns()
+        buf = self.buf + data if self.buf else data
+        if self.need < 0:
+            end = buf.find(b"\r\n\r\n")
+            if end < 0:
+                self.buf = buf
+                return
+            self._head(buf[:end])
+            buf = buf[end + 4:]
+        if self.chunked:
+            body = _dechunk(buf)
+            if body is None:
+                self.buf = buf
+                return
+        elif len(buf) < self.need:
+            self.buf = buf
+            return
+        else:
+            body = buf[:self.need]
+        self.buf, self.need = b"", -1
+        waiter, self.waiter = self.waiter, None
+        if not self.keep:
+            self.close()
+        if waiter is None:
+            return
+        if self.status == 200:
+            waiter(body, None)
+        else:
+            waiter(None, _error(self.status, body))
+
+    def _head(self, head: bytes) -> None:
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ", 2)
+        self.status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+        length, self.chunked, self.header_len, self.keep = 0, False, 0, True
+        for line in lines[1:]:
+            key, _, value = line.partition(b":")
+            key = key.strip().lower()
+            if key == b"content-length":
+                length = int(value)
+            elif key == HEADER_LENGTH:
+                self.header_len = int(value)
+            elif key == b"transfer-encoding" and b"chunked" in value.lower():
+                self.chunked = True
+            elif key == b"connection" and value.strip().lower() == b"close":
+                self.keep = False
+        self.need = length
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        waiter, self.waiter = self.waiter, None
+        if waiter is not None:
+            waiter(None, InferError("UNAVAILABLE",
+                                    f"the server closed the connection ({exc or 'EOF'})"))
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.close()
+
+
+def _dechunk(buf: bytes) -> bytes | None:
+    """A chunked body, or None while it is not all in."""
+    out, pos = [], 0
+    while True:
+        eol = buf.find(b"\r\n", pos)
+        if eol < 0:
+            return None
+        size = int(buf[pos:eol].split(b";")[0], 16)
+        if size == 0:
+            return b"".join(out) if buf.find(b"\r\n", eol + 2) >= 0 else None
+        if len(buf) < eol + 2 + size + 2:
+            return None
+        out.append(buf[eol + 2: eol + 2 + size])
+        pos = eol + 2 + size + 2
+
+
+def _error(status: int, body: bytes) -> InferError:
+    try:
+        text = str(json.loads(body).get("error", "")) or body.decode(errors="replace")
+    except (ValueError, AttributeError):
+        text = body.decode(errors="replace")
+    return InferError(STATUS.get(status, "UNKNOWN"), f"HTTP {status}: {text}".strip())
+
+
+class HttpDoor:
+    """Requests over per-slot keep-alive connections to one HTTP endpoint."""
+
+    def __init__(self, *, address: str, target: TargetSpec, loop: asyncio.AbstractEventLoop,
+                 unary: bool = False, tls: bool = False):
+        del unary  # every HTTP request is one call
+        self.encoder = HttpEncoder(target, address)
+        host, _, port = address.rpartition(":")
+        self.host, self.port = host.strip("[]"), int(port)
+        self.authority = address.encode()
+        self.target = target
+        self.loop = loop
+        self.connects = 0
+        self.conns: set[HttpConn] = set()
+        self._retry_at = 0.0
+        self._backoff = BACKOFF_S[0]
+        self._ssl = _ssl_context(target) if tls else None
+
+    def put(self, ticket: Ticket, payload: bytes) -> None:
+        conn = ticket.conn
+        if conn is not None and not conn.closed:
+            conn.send(payload, ticket.reply)
+        else:
+            ticket.conn = None
+            self.loop.create_task(self._connect_and_put(ticket, ticket.seq, payload))
+
+    async def _connect_and_put(self, ticket: Ticket, seq: int, payload: bytes) -> None:
+        assert ticket.reply is not None
+        try:
+            conn = await self._connect()
+        except InferError as exc:
+            if ticket.seq == seq and ticket.sent_ns:
+                ticket.reply(None, exc)
+            return
+        except asyncio.CancelledError:
+            if ticket.seq == seq and ticket.sent_ns:
+                ticket.reply(None, InferError("CANCELLED", "loadkit stopped"))
+            raise
+        if ticket.seq == seq and ticket.sent_ns:
+            ticket.conn = conn
+            conn.send(payload, ticket.reply)
+        else:
+            conn.close()
+
+    async def _connect(self) -> HttpConn:
+        wait = self._retry_at - time.monotonic()
+        if wait > 0:
+            await asyncio.sleep(wait)
+        try:
+            _, conn = await asyncio.wait_for(
+                self.loop.create_connection(HttpConn, self.host, self.port, ssl=self._ssl,
+                                            server_hostname=self.host if self._ssl else None),
+                self.target.timeout_s)
+        except (OSError, asyncio.TimeoutError) as exc:
+            self._retry_at = time.monotonic() + self._backoff
+            self._backoff = min(self._backoff * 2, BACKOFF_S[1])
+            raise InferError("UNAVAILABLE", f"cannot connect to {self.authority.decode()}: "
+                             f"{exc}") from None
+        self._backoff = BACKOFF_S[0]
+        self.connects += 1
+        self.conns = {c for c in self.conns if not c.closed}
+        self.conns.add(conn)
+        return conn
+
+    def more(self, ticket: Ticket) -> None:
+        raise AssertionError("an HTTP infer request has one response")
+
+    def retry(self, ticket: Ticket) -> None:
+        ticket.conn = None
+        self.put(ticket, ticket.payload)
+
+    def cancel(self, ticket: Ticket, error: InferError) -> None:
+        """An HTTP/1.1 request is cancelled by closing its connection."""
+        del error  # the engine tells the sender itself
+        conn, ticket.conn = ticket.conn, None
+        if conn is not None:
+            conn.waiter = None
+            conn.close()
+
+    def own_us(self, ticket: Ticket, latency_us: int, end_ns: int) -> int:
+        conn = ticket.conn
+        if conn is None or conn.tx_ns < ticket.sent_ns:
+            return 0
+        rx_ns = conn.rx_ns if conn.rx_ns > conn.tx_ns else end_ns
+        return max(0, latency_us - (rx_ns - conn.tx_ns) // 1000)
+
+    def error_in(self, message: bytes) -> str | None:
+        return None  # an error is an HTTP status, already the request's error
+
+    def outputs(self, ticket: Ticket, message: bytes) -> Outputs:
+        conn = ticket.conn
+        header_len = conn.header_len if conn is not None and conn.header_len else len(message)
+        header = json.loads(message[:header_len])
+        out: Outputs = {}
+        pos = header_len
+        for o in header.get("outputs", []):
+            size = o.get("parameters", {}).get("binary_data_size")
+            if size is not None:
+                out[o["name"]] = (o["datatype"], message[pos:pos + size])
+                pos += size
+            elif "data" in o:
+                out[o["name"]] = (o["datatype"], _raw(o["datatype"], o["data"]))
+        return out
+
+    def cork(self) -> Any:
+        return None  # one connection per request: nothing to coalesce
+
+    def uncork(self, token: Any) -> None:
+        pass
+
+    def close(self) -> None:
+        for conn in self.conns:
+            conn.close()
+        self.conns.clear()
+
+
+def _raw(datatype: str, data: list[Any]) -> bytes:
+    """JSON output data as the raw bytes validation compares."""
+    if datatype == "BYTES":
+        items = [x.encode() if isinstance(x, str) else bytes(x) for x in data]
+        return b"".join(len(x).to_bytes(4, "little") + x for x in items)
+    return np.asarray(data, dtype=DTYPES[datatype]).tobytes()
+
+
+def _ssl_context(target: TargetSpec) -> ssl.SSLContext | None:
+    tls = target.tls
+    ctx = ssl.create_default_context(
+        cafile=str(tls.root_certs) if tls and tls.root_certs else None)
+    if tls and tls.client_cert and tls.client_key:
+        ctx.load_cert_chain(str(tls.client_cert), str(tls.client_key))
+    ctx.set_alpn_protocols(["http/1.1"])
+    return ctx
