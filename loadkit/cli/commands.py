@@ -26,11 +26,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     from loadkit.scenario import checked_against, load_scenario
 
     scenario = load_scenario(args.scenario)
-    address = None if args.offline else args.target or scenario.target.grpc
+    address = None if args.offline else args.target or scenario.target.address
     if address:
-        from loadkit.control.client import ServerControl
+        from loadkit.control.http_client import connect
 
-        with ServerControl(address, scenario.target) as control:
+        with connect(address, scenario.target) as control:
             control.wait_live(timeout_s=5)
             infos = {m: control.model_info(m) for m in scenario.models}
         scenario = checked_against(scenario, infos)

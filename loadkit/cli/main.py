@@ -24,6 +24,9 @@ from loadkit.control.embedded import DEFAULT_MODEL_REPOSITORY
 from loadkit.errors import LoadkitError
 from loadkit.exits import EXIT_BAD_INPUT, EXIT_SIGINT, err, report_error
 
+TARGET_HELP = ("HOST:PORT of a Triton gRPC endpoint, or http(s)://HOST:PORT for its HTTP/REST "
+               "one")
+
 
 def _command(sub: Any, name: str, summary: str, description: str) -> argparse.ArgumentParser:
     """A subcommand whose --help says what it does, shows examples and the exit codes."""
@@ -44,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
                  "with a target, check its templates against the models' metadata too. Sends "
                  "no inference.")
     v.add_argument("scenario")
-    v.add_argument("--target", "-u", help="HOST:PORT of a Triton gRPC endpoint to check models "
+    v.add_argument("--target", "-u", help=TARGET_HELP + " to check models "
                                           "against")
     v.add_argument(
         "--offline", action="store_true", help="do not contact the scenario's target server"
@@ -84,7 +87,7 @@ def build_parser() -> argparse.ArgumentParser:
     i = _command(sub, "init", "write a scenario for a model from its metadata, to edit",
                  "Ask the server for the model's inputs and write the scenario `loadkit run -m` "
                  "would run, with every input spelled out, as a starting point to edit.")
-    i.add_argument("--target", "-u", help="HOST:PORT of a Triton gRPC endpoint (default: "
+    i.add_argument("--target", "-u", help=TARGET_HELP + " (default: "
                                           "the embedded server)")
     i.add_argument("-o", "--output", metavar="FILE", help="where to write (default MODEL.yaml)")
     i.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
@@ -125,7 +128,7 @@ def _run_options(r: argparse.ArgumentParser, command: str, optional: bool = Fals
         r.add_argument("scenario", nargs="?", help="a scenario file (or -m MODEL instead)")
     else:
         r.add_argument("scenario")
-    r.add_argument("--target", "-u", help="HOST:PORT of a Triton gRPC endpoint (default: the "
+    r.add_argument("--target", "-u", help=TARGET_HELP + " (default: the "
                                           "embedded server)")
     r.add_argument(
         "--metrics", help="Triton's Prometheus URL, e.g. http://127.0.0.1:8002/metrics "
@@ -216,7 +219,7 @@ def _other_commands(sub: Any) -> None:
                  "Locust", "Serve Locust's web UI for the scenario: start and stop runs from "
                  "the browser; the Triton tab shows the server's numbers beside loadkit's.")
     u.add_argument("scenario")
-    u.add_argument("--target", help="HOST:PORT of a Triton gRPC endpoint (default: embedded)")
+    u.add_argument("--target", help=TARGET_HELP + " (default: embedded)")
     u.add_argument("--web-host", default="127.0.0.1",
                    help="interface for the web UI (default 127.0.0.1)")
     u.add_argument("--web-port", type=int, default=8089)

@@ -57,7 +57,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         force=True,
     )
-    with Session(scenario, args.target or scenario.target.grpc, args.metrics,
+    with Session(scenario, args.target or scenario.target.address, args.metrics,
                  log_path=out_dir / "tritonserver.log", say=_say) as session:
         assert session.control is not None
         distributed = bool(getattr(args, "workers", 0) or getattr(args, "master", False))

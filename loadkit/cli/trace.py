@@ -22,7 +22,8 @@ def add_trace_command(sub: Any, command: Any) -> None:
                 "writes into the trace file it was started with (--trace-config "
                 "triton,file=F; `loadkit serve --trace-file F`), on its own disk: F.0, F.1, "
                 "... of --log-frequency traces each, the rest when the settings are put back.")
-    t.add_argument("--target", "-u", required=True, help="HOST:PORT of Triton's gRPC endpoint")
+    t.add_argument("--target", "-u", required=True, help="HOST:PORT of Triton's gRPC endpoint, or "
+                   "http://HOST:PORT for its HTTP one")
     t.add_argument("--duration", required=True, help="how long to trace, e.g. 60s or 10m")
     t.add_argument("--rate", type=int, default=1, metavar="N",
                    help="trace every N-th request (default 1: all; a replay then says "
@@ -35,7 +36,7 @@ def add_trace_command(sub: Any, command: Any) -> None:
 
 
 def cmd_trace(args: argparse.Namespace) -> int:
-    from loadkit.control.client import ServerControl
+    from loadkit.control.http_client import connect
     from loadkit.control.trace import capture_settings, read_settings, restore, write_settings
     from loadkit.scenario.tune import parse_budget
 
@@ -47,7 +48,7 @@ def cmd_trace(args: argparse.Namespace) -> int:
         raise LoadkitError("--rate and --log-frequency: expected at least 1")
     seconds = budget[0]
     models = [m for m in (args.models or "").split(",") if m] or [""]
-    with ServerControl(args.target) as control:
+    with connect(args.target) as control:
         control.wait_live(timeout_s=10, say=err)
         for m in models:
             if m and not control.model_ready(m):

@@ -135,6 +135,8 @@ class ServerControl:
     directly and closes its channel exactly once.
     """
 
+    door = "gRPC"
+
     def __init__(
         self, address: str, target: TargetSpec | None = None, metrics_url: str | None = None
     ):
@@ -188,13 +190,13 @@ class ServerControl:
         fixed = 0
         while time.monotonic() - start < timeout_s:
             try:
-                if self._call("ServerLive", service_pb2.ServerLiveRequest(), 2).live:
+                if self.live():
                     return
             except ControlError as exc:
                 if not said and time.monotonic() - start > SAY_AFTER_S:
                     said = True  # a wait the user would notice: say what it waits for
                     say(f"waiting up to {timeout_s:g} s for Triton at {self.address} to answer "
-                        f"gRPC ({exc})")
+                        f"{self.door} ({exc})")
                 last = str(exc)
                 hint = tls_hint(last, self.tls is not None, bool(self.tls and self.tls.client_cert))
                 fixed = fixed + 1 if hint else 0
@@ -203,25 +205,30 @@ class ServerControl:
             time.sleep(0.2)
         hint = unreachable_hint(self.address, last) or tls_hint(
             last, self.tls is not None, bool(self.tls and self.tls.client_cert))
-        raise TargetError(
-            f"Triton at {self.address} is not reachable over gRPC ({last or 'not live'}){hint}")
+        raise TargetError(f"Triton at {self.address} is not reachable over {self.door} "
+                          f"({last or 'not live'}){hint}")
+
+    def live(self) -> bool:
+        """Whether the server says it is live (ControlError when it cannot be asked)."""
+        return bool(self._call("ServerLive", service_pb2.ServerLiveRequest(), 2).live)
 
     def model_info(self, name: str) -> ModelInfo | str:
         """ModelInfo for a ready model, or the server's reason as a string."""
         if not self.model_ready(name):
             return self._why_not_ready(name)
         try:
-            meta = self._call("ModelMetadata", service_pb2.ModelMetadataRequest(name=name), 5)
+            meta = self.metadata_of(name)
             cfg = self.config(name)
         except ControlError as exc:
             return str(exc)
 
         def tensors(items: Any) -> dict[str, tuple[str, tuple[int, ...]]]:
-            return {t.name: (t.datatype, tuple(int(d) for d in t.shape)) for t in items}
+            return {t["name"]: (t["datatype"], tuple(int(d) for d in t.get("shape", [])))
+                    for t in items}
 
         return ModelInfo(
             name=name, max_batch_size=int(cfg.get("max_batch_size", 0)),
-            inputs=tensors(meta.inputs), outputs=tensors(meta.outputs),
+            inputs=tensors(meta.get("inputs", [])), outputs=tensors(meta.get("outputs", [])),
             decoupled=bool(cfg.get("model_transaction_policy", {}).get("decoupled", False)),
             sequence="sequence_batching" in cfg,
             composing=tuple(s.get("model_name", "") for s in
@@ -236,18 +243,41 @@ class ServerControl:
         (with the names it has, nearest first), failed to load (Triton's reason), or not
         loaded (explicit model control)."""
         try:
-            index = self._call("RepositoryIndex", service_pb2.RepositoryIndexRequest(), 5)
+            index: list[dict[str, Any]] | None = self.index()
         except ControlError:
             index = None
-        models = {m.name: m for m in index.models} if index is not None else {}
+        models = {m.get("name", ""): m for m in index} if index is not None else {}
         entry = models.get(name)
         if index is not None and entry is None:
             return (f"the repository has no model '{name}'{suggest(name, models)} (has: "
                     f"{', '.join(sorted(models)) or 'none'})")
-        if entry is not None and entry.state == "UNAVAILABLE" and entry.reason:
-            return f"it failed to load: {entry.reason}"
+        if entry is not None and entry.get("state") == "UNAVAILABLE" and entry.get("reason"):
+            return f"it failed to load: {entry['reason']}"
         return "it is not loaded (explicit model control: load it first, or use the embedded " \
                "server)"
+
+    # ---- the calls, one method each: what a control client over another door overrides ----
+    def metadata_of(self, name: str) -> dict[str, Any]:
+        meta = self._call("ModelMetadata", service_pb2.ModelMetadataRequest(name=name), 5)
+        return MessageToDict(meta, preserving_proto_field_name=True)
+
+    def index(self) -> list[dict[str, Any]]:
+        index = self._call("RepositoryIndex", service_pb2.RepositoryIndexRequest(), 5)
+        return [MessageToDict(m, preserving_proto_field_name=True) for m in index.models]
+
+    def statistics(self, name: str) -> dict[str, Any]:
+        resp = self._call("ModelStatistics", service_pb2.ModelStatisticsRequest(name=name), 10)
+        return MessageToDict(resp, preserving_proto_field_name=True)
+
+    def trace_settings(self, model: str, settings: dict[str, list[str]] | None = None
+                       ) -> dict[str, list[str]]:
+        """Trace settings that apply to `model` ('' for the server's), after setting
+        `settings` when given (an empty list clears one back to the server's)."""
+        request = service_pb2.TraceSettingRequest(model_name=model)
+        for key, values in (settings or {}).items():
+            request.settings[key].value.extend(values)
+        resp = self._call("TraceSetting", request, 10)
+        return {k: list(v.value) for k, v in resp.settings.items()}
 
     def config(self, name: str) -> dict[str, Any]:
         resp = self._call("ModelConfig", service_pb2.ModelConfigRequest(name=name), 10)
@@ -262,13 +292,10 @@ class ServerControl:
         missing: dict[str, str] = {}
         for name in models:
             try:
-                resp = self._call(
-                    "ModelStatistics", service_pb2.ModelStatisticsRequest(name=name), 10
-                )
+                stats = self.statistics(name)
             except ControlError as exc:
                 missing[name] = f"statistics unavailable ({exc})"
                 continue
-            stats = MessageToDict(resp, preserving_proto_field_name=True)
             out[name] = _counters(stats.get("model_stats", []))
         return out, missing
 

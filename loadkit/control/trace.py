@@ -8,24 +8,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from tritonclient.grpc import service_pb2
-
 Settings = dict[str, list[str]]
 
 
 def read_settings(control: Any, model: str = "") -> Settings:
     """The trace settings that apply to `model` ('' for the server's own)."""
-    resp = control.rpc("TraceSetting", service_pb2.TraceSettingRequest(model_name=model), 10)
-    return {k: list(v.value) for k, v in resp.settings.items()}
+    return dict(control.trace_settings(model))
 
 
 def write_settings(control: Any, settings: Settings, model: str = "") -> Settings:
     """Set (only) the given settings; an empty list clears one back to the server's."""
-    request = service_pb2.TraceSettingRequest(model_name=model)
-    for key, values in settings.items():
-        request.settings[key].value.extend(values)
-    resp = control.rpc("TraceSetting", request, 10)
-    return {k: list(v.value) for k, v in resp.settings.items()}
+    return dict(control.trace_settings(model, settings))
 
 
 CHANGED = ("trace_level", "trace_rate", "trace_count", "log_frequency")

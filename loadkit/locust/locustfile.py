@@ -77,7 +77,7 @@ class _LocustSession:
         scenario = load_scenario(opts.scenario)
         self.out = opts.loadkit_out
         self.seed = opts.loadkit_seed
-        self.target = Session(scenario, opts.triton_target or scenario.target.grpc,
+        self.target = Session(scenario, opts.triton_target or scenario.target.address,
                               opts.triton_metrics or None)
         self.scenario = self.target.scenario
         self.environment = environment

@@ -10,6 +10,8 @@ from pathlib import Path
 
 from loadkit.control.client import ServerControl
 from loadkit.control.embedded import EmbeddedServer
+from loadkit.control.http_client import connect
+from loadkit.errors import TargetError
 from loadkit.scenario import (
     Scenario,
     checked_against,
@@ -25,6 +27,21 @@ def default_out(name: str) -> Path:
     """reports/<UTC timestamp>-<scenario name>/"""
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     return Path("reports") / f"{stamp}-{name}"
+
+
+def refuse_over_http(scenario: Scenario, address: str, infos: dict[str, object]) -> None:
+    """A decoupled model streams its responses: over HTTP that is the generate extension's
+    server-sent events, which this door does not speak yet; gRPC streams them."""
+    if not address.startswith(("http://", "https://")):
+        return
+    streamed = sorted({t.model for t in scenario.requests.values()
+                       if getattr(infos.get(t.model), "decoupled", False)})
+    if streamed:
+        raise TargetError(
+            f"model{'s' if len(streamed) > 1 else ''} {', '.join(streamed)} "
+            f"{'are' if len(streamed) > 1 else 'is'} decoupled (several responses per request): "
+            f"over HTTP/REST an infer request gets one response; send to it over gRPC (a "
+            f"host:port target without http://)")
 
 
 class Session:
@@ -46,14 +63,17 @@ class Session:
                 say(f"starting the embedded Triton for models {', '.join(scenario.models)} ...")
                 self.server = EmbeddedServer(models=scenario.models, log_path=log_path).start()
                 address = self.server.grpc_address
-                say(f"embedded Triton ready: grpc {address}, metrics {self.server.metrics_url}")
+                if scenario.target.protocol == "http":
+                    address = f"http://{self.server.http_address}"
+                say(f"embedded Triton ready: {address}, metrics {self.server.metrics_url}")
             self.address: str = address
             metrics = metrics_url or (self.server.metrics_url if self.server else None)
-            self.control = ServerControl(address, scenario.target, metrics)
+            self.control = connect(address, scenario.target, metrics)
             self.control.wait_live(timeout_s=live_timeout_s, say=say)
             infos = {m: self.control.model_info(m) for m in scenario.models}
             self.infos = infos
             scenario = checked_against(scenario, infos)
+            refuse_over_http(scenario, address, infos)
             self.scenario = with_model_facts(scenario, unbatched_models(infos),
                                              composing_models(infos), decoupled_models(infos),
                                              scripted_models(infos))
