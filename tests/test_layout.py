@@ -286,3 +286,39 @@ def test_load_models_use_only_the_lane_interface() -> None:
     # every load kind the scenario accepts has a registered model
     from loadkit.loads.registry import MODELS
     assert set(MODELS) == {"concurrency", "rate", "replay"}
+
+
+# what of transport/ the engine and the load models may import: the seam (a door, the doors'
+# registry, the error a request ends with) and the door-independent payload helpers
+SEAM = ("loadkit.transport.door", "loadkit.transport.doors", "loadkit.transport.call",
+        "loadkit.transport.payloads", "loadkit.transport.validate", "loadkit.transport.timer")
+
+
+def door_breaches(sources: dict[str, str]) -> list[str]:
+    """Where the engine or a load model reaches past the transport seam (transport/door.py):
+    an import of one door's own modules (its framing, its connections, its protobuf)."""
+    out = []
+    for name, text in sorted(sources.items()):
+        for node in ast.walk(ast.parse(text)):
+            if not isinstance(node, ast.ImportFrom | ast.Import):
+                continue
+            modules = [node.module or ""] if isinstance(node, ast.ImportFrom) else [
+                a.name for a in node.names]
+            for m in modules:
+                if m.split(".")[0] in ("h2", "grpc", "tritonclient") or (
+                        m.startswith("loadkit.transport") and m not in SEAM):
+                    out.append(f"{name} imports {m}")
+    return out
+
+
+@pytest.mark.fast
+def test_the_engine_reaches_the_wire_only_through_the_door() -> None:
+    """engine/ and loads/ import no door's own modules: a new door (HTTP, shared memory) is a
+    file under transport/ and an entry in transport/doors.py, and the engine does not change."""
+    sources = {f"{p.parent.name}/{p.name}": p.read_text()
+               for folder in ("engine", "loads") for p in (PACKAGE / folder).glob("*.py")}
+    assert door_breaches(sources) == []
+    assert door_breaches({"engine/x.py": "from loadkit.transport.connection import Connection\n"
+                                         "import h2.events\n"
+                                         "from loadkit.transport.door import Door\n"}) == [
+        "engine/x.py imports loadkit.transport.connection", "engine/x.py imports h2.events"]

@@ -271,7 +271,7 @@ class Engine:
         slot.seq += 1
         slot.done = done
         slot.payload = payload
-        slot.check = self.requests.last_drawn if self.requests.validating else None
+        slot.check = self.requests.take_check()
         slot.sent_ns = time.perf_counter_ns()
         assert self.door is not None
         self.door.put(slot, payload)
@@ -292,7 +292,8 @@ class Engine:
             return
         end_ns = time.perf_counter_ns()
         stream = slot.stream
-        if stream is not None and message is not None and not stream.take(message, end_ns):
+        if stream is not None and message is not None and not stream.take(message, end_ns,
+                                                                      door.response_kind):
             if stream.cancel_after and stream.count >= stream.cancel_after and slot.call:
                 error = CANCELLED_HERE  # the client's cancel: its stream is reset below
             elif slot.call is not None:  # more responses to come for this request
@@ -338,11 +339,16 @@ class Engine:
                 if result.gaps is not None:  # a decoupled model's: first response as latency
                     window.streamed(name, result.first_us + latency_us - (service_us or
                                     latency_us), result.gaps, result.responses, latency_us,
-                                    self.streams.goodput, self.streams.tokens(name, result))
+                                    self.streams.goodput, self.streams.tokens(name, result,
+                                                                               self._text_of))
             else:
                 window.error(name, error.code, error.details)
         self.completions.append(Completion(template=name, latency_us=latency_us, size=result.size,
                                            error=error))
+
+    def _text_of(self, message: bytes) -> bytes:
+        assert self.door is not None
+        return self.door.text_output(message)
 
     async def _watchdog(self) -> None:
         """Per-request deadlines: a late call is reset and fails as DEADLINE_EXCEEDED."""

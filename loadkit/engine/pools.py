@@ -23,7 +23,9 @@ class Pools:
         # per template, `order: random` (else each pool is sent in turn)
         self.random_order = list(random_order) if random_order else [False] * len(self.pools)
         self.cursors = [0] * len(self.pools)
-        self.last_drawn = (0, 0)  # (template, entry) of the request draw() gave last
+        # (template, entry) of the request draw() gave last, until a send takes it (a request
+        # sent without a fresh draw, such as a sequence's closing END, is not validated)
+        self.last_drawn: tuple[int, int] | None = None
         # validate: true: per template, per entry, the outputs expected (None: no check)
         self.expected: list[list[dict[str, Any]] | None] = [None] * len(self.pools)
         self.validating = False
@@ -59,6 +61,11 @@ class Pools:
             window.use(self.names[i], j)
         self.last_drawn = (i, j)
         return self.pools[i][j]
+
+    def take_check(self) -> tuple[int, int] | None:
+        """(Engine thread.) What the request being sent must be validated against, if any."""
+        drawn, self.last_drawn = self.last_drawn, None
+        return drawn if self.validating else None
 
     def expect(self, expected: list[list[dict[str, Any]] | None]) -> None:
         self.expected = expected

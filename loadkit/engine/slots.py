@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from loadkit.engine.streaming import ERROR_FIELD_TAG, FINAL, response_kind
 from loadkit.transport.call import InferError
 from loadkit.transport.door import Ticket
 
-ERROR_BYTE = ERROR_FIELD_TAG[0]
+# a door's reading of one streamed message: (it ends its request, it is a response with outputs)
+Kind = Callable[[bytes], tuple[bool, bool]]
 
 
 class Result(NamedTuple):
@@ -54,12 +54,10 @@ class Responses:
         self.cancel_after = cancel_after
         self.kept = [] if keep else None
 
-    def take(self, message: bytes, now_ns: int) -> bool:
-        """Note one message of the request's stream; True when it ends the request."""
-        if message[0] != ERROR_BYTE and FINAL not in message:  # the common case: parse nothing
-            ends, counts = False, True
-        else:
-            ends, counts = response_kind(message)
+    def take(self, message: bytes, now_ns: int, kind: Kind) -> bool:
+        """Note one message of the request's stream (`kind`: the door's reading of it); True
+        when it ends the request."""
+        ends, counts = kind(message)
         if counts:
             if self.kept is not None:
                 self.kept.append(message)

@@ -196,8 +196,13 @@ def run_failures(results: dict[str, Any]) -> list[str]:
                 failed[name] = failed.get(name, 0) + c["errors"]
         for name, n in failed.items():
             if n and not ok.get(name):
-                why = first_message(_all_messages(
-                    [s for s in steps if s["client"].get(name, {}).get("errors")]))
+                codes = {code for s in steps
+                         for code in s["client"].get(name, {}).get("errors_by_code", {})}
+                messages = _all_messages(
+                    [s for s in steps if s["client"].get(name, {}).get("errors")])
+                # the template's own codes' messages (a step's messages are kept per code)
+                why = first_message({c: m for c, m in messages.items() if c in codes}
+                                    if codes else messages)
                 reasons.append(f"request template '{name}': all {n} requests failed, none "
                                f"measured" + (f" ({why})" if why else ""))
     for s in steps:

@@ -93,6 +93,14 @@ class Door(Protocol):
         """A response's outputs, for validation."""
         ...
 
+    def response_kind(self, message: bytes) -> tuple[bool, bool]:
+        """Of one streamed message: (it ends its request, it is a response with outputs)."""
+        ...
+
+    def text_output(self, message: bytes) -> bytes:
+        """A streamed response's text (`text_output`), for a tokenizer to count."""
+        ...
+
     def cork(self) -> Any:
         """Hold writes until `uncork` (an open loop's due arrivals leave in one write)."""
         ...

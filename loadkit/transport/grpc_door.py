@@ -24,6 +24,10 @@ from loadkit.transport.wire import Wire
 MODEL_INFER = b"/inference.GRPCInferenceService/ModelInfer"
 MODEL_STREAM_INFER = b"/inference.GRPCInferenceService/ModelStreamInfer"
 ERROR_FIELD_TAG = b"\x0a"  # ModelStreamInferResponse field 1 (error_message), serialized first
+ERROR_BYTE = ERROR_FIELD_TAG[0]
+# the serialized map entry of a true `triton_final_response` (InferParameter.bool_param = 1);
+# a false one ends in \x08\x00
+FINAL = b"\x0a\x15triton_final_response\x12\x02\x08\x01"
 
 
 def _param(key: str, **value: object) -> bytes:
@@ -186,6 +190,33 @@ class GrpcDoor:
         if message[:1] != ERROR_FIELD_TAG or self.unary:
             return None
         return service_pb2.ModelStreamInferResponse.FromString(message).error_message or None
+
+    @staticmethod
+    def response_kind(message: bytes) -> tuple[bool, bool]:
+        """(whether the message ends its request, whether it is a response with outputs). An
+        error ends it too: the engine reads the error as it does for any request. Reading one
+        costs a substring search; only the final one is parsed."""
+        if message[0] != ERROR_BYTE and FINAL not in message:  # the common case
+            return False, True
+        if message[:1] == ERROR_FIELD_TAG:
+            return True, False
+        reply = service_pb2.ModelStreamInferResponse.FromString(message).infer_response
+        return True, bool(reply.outputs or reply.raw_output_contents)  # else the end marker
+
+    @staticmethod
+    def text_output(message: bytes) -> bytes:
+        """A streamed response's BYTES `text_output`, its elements joined (for a tokenizer)."""
+        reply = service_pb2.ModelStreamInferResponse.FromString(message).infer_response
+        text = bytearray()
+        for i, out in enumerate(reply.outputs):
+            if out.name == "text_output" and i < len(reply.raw_output_contents):
+                raw = reply.raw_output_contents[i]
+                pos = 0
+                while pos + 4 <= len(raw):  # BYTES: 4-byte little-endian length per element
+                    n = int.from_bytes(raw[pos:pos + 4], "little")
+                    text += raw[pos + 4:pos + 4 + n]
+                    pos += 4 + n
+        return bytes(text)
 
     def outputs(self, ticket: Ticket, message: bytes) -> Outputs:
         if self.unary:

@@ -331,6 +331,14 @@ class HttpDoor:
                 out[o["name"]] = (o["datatype"], _raw(o["datatype"], o["data"]))
         return out
 
+    @staticmethod
+    def response_kind(message: bytes) -> tuple[bool, bool]:
+        return True, True  # one response per request
+
+    @staticmethod
+    def text_output(message: bytes) -> bytes:
+        return b""  # streamed text is the generate door's (not yet here)
+
     def cork(self) -> Any:
         return None  # one connection per request: nothing to coalesce
 
