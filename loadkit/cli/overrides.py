@@ -60,8 +60,11 @@ def overrides(args: argparse.Namespace) -> list[tuple[str, Any]]:
         raise LoadkitError("--concurrency-range: `loadkit capacity` searches an arrival rate; "
                            "give --start-rate (or --request-rate-range for the first rate)")
     args = argparse.Namespace(**{k: getattr(args, k, None) for k in (
-        "concurrency", "rate", "measurement_ms", "step_duration", "warmup", "batch_size")})
+        "concurrency", "rate", "measurement_ms", "step_duration", "warmup", "batch_size",
+        "protocol")})
     out: list[tuple[str, Any]] = []
+    if args.protocol is not None:
+        out.append(("protocol", args.protocol))
     if args.concurrency is not None:
         out.append(("concurrency", _number(args.concurrency)))
     if args.rate is not None:
@@ -91,6 +94,20 @@ def apply(data: dict[str, Any], found: list[tuple[str, Any]]) -> tuple[dict[str,
     said = []
     phases = out.get("phases") or []
     for key, value in found:
+        if key == "protocol":
+            target = out.setdefault("target", {}) or {}
+            out["target"] = target
+            url = str(target.get("url", ""))
+            if url and not url.startswith(value):
+                raise LoadkitError(f"-i {value}: the scenario's target.url {url} names its "
+                                   "door; change the url (or leave out -i)")
+            if value == "http" and "transport" in target:
+                raise LoadkitError(f"-i http: the scenario's target.transport "
+                                   f"({target['transport']}) chooses between gRPC's calls; "
+                                   "remove it to run over HTTP")
+            target["protocol"] = value
+            said.append(f"-i {value}: target.protocol")
+            continue
         if key == "batch_size":
             names = list(out.get("requests") or {})
             for name in names:

@@ -21,6 +21,9 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("without a scenario file (perf_analyzer's flags and meanings)")
     g.add_argument("-m", "--model-name", dest="model", metavar="MODEL",
                    help="load this model with inputs from its metadata (no scenario file)")
+    g.add_argument("-i", "--protocol", choices=("grpc", "http"), metavar="grpc|http",
+                   help="Triton's door: gRPC (default) or HTTP/REST (docs/doors.md); with a "
+                        "scenario file, its target.protocol")
     g.add_argument("-x", "--model-version", dest="model_version", metavar="V",
                    help="with -m: the model version (default: the server's choice)")
     g.add_argument("-b", "--batch-size", dest="batch_size", type=int, metavar="N",
@@ -140,10 +143,22 @@ def scenario_data(args: argparse.Namespace, base: Path) -> dict[str, Any]:
     if "replay" not in load:  # a replay lasts as long as its file
         load |= {"step_duration": step, "warmup": args.warmup or "1s"}
     out: dict[str, Any] = {"name": model}
-    if getattr(args, "target", None):
-        out["target"] = {"grpc": args.target}
+    if target_key(args):
+        out["target"] = target_key(args)
     phase = "replay" if "replay" in load else "rate" if args.rate else "concurrency"
     out |= {"requests": {model: template}, "phases": [{"name": phase, "load": load}]}
+    return out
+
+
+def target_key(args: argparse.Namespace) -> dict[str, Any]:
+    """The `target:` of a scenario written from flags: --target (a URL's scheme picks the
+    door) and -i."""
+    out: dict[str, Any] = {}
+    target = getattr(args, "target", None)
+    if target:
+        out["url" if "://" in target else "grpc"] = target
+    if getattr(args, "protocol", None) == "http" and "url" not in out:
+        out["protocol"] = "http"
     return out
 
 
@@ -163,8 +178,8 @@ def replay_scenario_data(args: argparse.Namespace, base: Path) -> dict[str, Any]
         raise LoadkitError(f"--replay {args.replay}: the file ({traffic.format}) does not say "
                            "which model each request is for; add -m MODEL")
     out: dict[str, Any] = {"name": Path(args.replay).stem.split(".")[0] or "replay"}
-    if getattr(args, "target", None):
-        out["target"] = {"grpc": args.target}
+    if target_key(args):
+        out["target"] = target_key(args)
     out |= {"requests": {m: {"model": m} for m in traffic.models},
             "phases": [{"name": "replay", "load": _replay_load(args, base)}]}
     return out

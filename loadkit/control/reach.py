@@ -31,5 +31,6 @@ def unreachable_hint(address: str, error: str) -> str:
     if refused(error):
         return f": nothing listens there (connection refused); is Triton running? {GRPC_PORT_HINT}"
     if "socket closed" in error.lower() and speaks_http(address):
-        return f": it answers HTTP, not gRPC; {GRPC_PORT_HINT}"
+        return (f": it answers HTTP, not gRPC; {GRPC_PORT_HINT}; to send over HTTP, give "
+                f"--target http://{address}")
     return ""

@@ -34,6 +34,10 @@ def refuse_over_http(scenario: Scenario, address: str, infos: dict[str, object])
     server-sent events, which this door does not speak yet; gRPC streams them."""
     if not address.startswith(("http://", "https://")):
         return
+    if scenario.target.transport != "stream":
+        raise TargetError(f"target.transport: {scenario.target.transport} chooses between "
+                          f"gRPC's calls; {address} is reached over HTTP, where every request "
+                          "is one call: remove it")
     streamed = sorted({t.model for t in scenario.requests.values()
                        if getattr(infos.get(t.model), "decoupled", False)})
     if streamed:
@@ -59,6 +63,8 @@ class Session:
         self.server: EmbeddedServer | None = None
         self.control: ServerControl | None = None
         try:
+            if address and "://" not in address and scenario.target.protocol == "http":
+                address = f"http://{address}"  # the scenario (or -i http) names the door
             if not address:
                 say(f"starting the embedded Triton for models {', '.join(scenario.models)} ...")
                 self.server = EmbeddedServer(models=scenario.models, log_path=log_path).start()

@@ -178,3 +178,28 @@ def test_a_target_with_grpc_closed_runs_with_config_swaps(http_only, tmp_path) -
             assert step["accounting"]["status"] == "ok", step["accounting"]
             assert step["server"]["dense"]["success"] == step["requests"] > 0
 
+
+
+def test_perf_analyzer_flag_i_http_picks_the_door(triton, tmp_path: Path) -> None:
+    """-i http with -m (perf_analyzer's way) and beside a scenario file: both run over HTTP;
+    a scenario whose target.transport is gRPC's is refused by name, never dropped."""
+    out = tmp_path / "m"
+    proc = loadkit("run", "-m", "dense", "-i", "http", "--target", triton.http_address,
+                   "--concurrency-range", "2", "-p", "1000", "--warmup", "0.2s",
+                   "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = results(out)
+    assert data["target"] == f"http://{triton.http_address}"
+    (step,) = data["phases"][0]["steps"]
+    assert step["accounting"]["status"] == "ok" and step["requests"] > 0
+    path = write(tmp_path / "s.yaml", scenario("f", [{"name": "p", "load": load(1, "1s")}]))
+    out = tmp_path / "f"
+    proc = loadkit("run", str(path), "-i", "http", "--target", triton.http_address,
+                   "--out", str(out), "--quiet")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert results(out)["target"] == f"http://{triton.http_address}"
+    assert "protocol: http" in (out / "scenario.yaml").read_text()
+    unary = write(tmp_path / "u.yaml", scenario("u", [{"name": "p", "load": load(1, "1s")}],
+                                                target={"transport": "unary"}))
+    proc = loadkit("run", str(unary), "-i", "http", "--out", str(tmp_path / "u"))
+    assert proc.returncode == 2 and "target.transport (unary)" in proc.stderr, proc.stderr
