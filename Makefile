@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench bench-scaling soak clean models browser prometheus
+.PHONY: setup demo test test-fast lint bench bench-doors bench-scaling soak clean models browser prometheus
 
 setup: $(STAMP)
 
@@ -56,6 +56,11 @@ bench: setup
 	$(BIN)/python bench/streaming.py
 
 # 1 vs N worker processes (Locust master + workers): throughput, CPU per request, rate split.
+# loadkit and perf_analyzer through each door (gRPC, HTTP/REST) on dense and a 602 KB input.
+bench-doors: setup
+	bash bench/setup_perf_analyzer.sh
+	$(BIN)/python bench/doors.py
+
 bench-scaling: setup
 	$(BIN)/python bench/scaling.py
 

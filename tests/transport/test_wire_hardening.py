@@ -41,7 +41,7 @@ def drive(address: str, target: TargetSpec, payload: bytes, users: int, count: i
     """`users` closed loops on a real Engine until `count` requests have ended (bounded by
     `timeout_s`), then a drained close: the window holds every request sent."""
     recorder = Recorder()
-    engine = Engine(address=address, target=target, pools=[[payload]], names=["t"],
+    engine = Engine(address=address, target=target, pools=[[frame(payload)]], names=["t"],
                     pick=lambda _rng: 0, recorder=recorder, method=transport)
     engine.start()
     window = recorder.open(Step(phase_index=0, phase="p", index=0, concurrency=users,
@@ -77,7 +77,7 @@ def test_calls_wait_for_a_free_stream_under_max_concurrent_streams(transport: st
     assert window.error_count() == 0, window.messages
     assert window.successes() == window.sent == answered
     assert peer.servicer.max_in_flight <= 2
-    assert engine.wire is not None and engine.wire.connects == 1
+    assert engine.door is not None and engine.door.connects == 1
 
 
 def test_stream_users_beyond_the_limit_fail_by_deadline_and_say_why() -> None:
@@ -103,7 +103,7 @@ def test_goaway_lets_started_calls_finish_and_moves_new_ones(transport: str) -> 
         window, engine = drive(peer.address, TargetSpec(grpc=peer.address), request_bytes(),
                                4, 400, transport)
         answered = peer.servicer.answered
-    assert engine.wire is not None and engine.wire.connects >= 3, "no GOAWAY was seen"
+    assert engine.door is not None and engine.door.connects >= 3, "no GOAWAY was seen"
     assert window.error_count() == 0, window.messages
     assert window.successes() == window.sent == answered
 
