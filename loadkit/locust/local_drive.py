@@ -96,7 +96,8 @@ class LocalDrive:
         g = scenario.goodput
         streams = StreamPolicy(
             list(names),
-            streaming=[Read.TO_END if t.decoupled else Read.PLAIN for t in templates],
+            streaming=[Read.TO_END if t.decoupled or t.endpoint == "generate_stream"
+                       else Read.PLAIN for t in templates],
             cancel=[t.cancel for t in templates],
             tokenizers=[load_tokenizer(t.llm.tokenizer) if t.llm and t.llm.tokenizer
                         else None for t in templates],

@@ -30,22 +30,30 @@ def default_out(name: str) -> Path:
 
 
 def refuse_over_http(scenario: Scenario, address: str, infos: dict[str, object]) -> None:
-    """A decoupled model streams its responses: over HTTP that is the generate extension's
-    server-sent events, which this door does not speak yet; gRPC streams them."""
-    if not address.startswith(("http://", "https://")):
-        return
-    if scenario.target.transport != "stream":
+    """What a door cannot carry, refused before anything is sent: the generate extension is
+    HTTP's; a decoupled model's responses come over gRPC streams or HTTP's generate_stream
+    (server-sent events), not HTTP's infer (one response per request)."""
+    http = address.startswith(("http://", "https://"))
+    for t in scenario.requests.values():
+        decoupled = getattr(infos.get(t.model), "decoupled", False)
+        if t.endpoint != "infer" and not http:
+            raise TargetError(f"request template '{t.name}': endpoint: {t.endpoint} is Triton's "
+                              f"HTTP generate extension; {address} is reached over gRPC: give "
+                              "an http:// target (Triton's HTTP port, usually 8000)")
+        if http and decoupled and t.endpoint == "infer":
+            raise TargetError(f"request template '{t.name}': model {t.model} is decoupled "
+                              "(several responses per request): over HTTP/REST an infer request "
+                              "gets one response; set endpoint: generate_stream on the template "
+                              "(Triton's generate extension, server-sent events), or send over "
+                              "gRPC (a host:port target without http://)")
+        if decoupled and t.endpoint == "generate":
+            raise TargetError(f"request template '{t.name}': model {t.model} is decoupled; "
+                              "generate expects exactly one response: use endpoint: "
+                              "generate_stream")
+    if http and scenario.target.transport != "stream":
         raise TargetError(f"target.transport: {scenario.target.transport} chooses between "
                           f"gRPC's calls; {address} is reached over HTTP, where every request "
                           "is one call: remove it")
-    streamed = sorted({t.model for t in scenario.requests.values()
-                       if getattr(infos.get(t.model), "decoupled", False)})
-    if streamed:
-        raise TargetError(
-            f"model{'s' if len(streamed) > 1 else ''} {', '.join(streamed)} "
-            f"{'are' if len(streamed) > 1 else 'is'} decoupled (several responses per request): "
-            f"over HTTP/REST an infer request gets one response; send to it over gRPC (a "
-            f"host:port target without http://)")
 
 
 class Session:

@@ -17,7 +17,7 @@ from loadkit.errors import Problem, ScenarioError, suggest
 from loadkit.scenario.against_server import ModelInfo, check_against_models
 from loadkit.scenario.checks import Checker
 from loadkit.scenario.datasets import DatasetError, dataset_names
-from loadkit.scenario.llm import with_cancel
+from loadkit.scenario.llm import with_cancel, with_endpoint
 from loadkit.scenario.model import Scenario
 from loadkit.scenario.requests import _template
 from loadkit.scenario.source import KeyPath
@@ -78,7 +78,8 @@ def with_inputs(scenario: Scenario, filled: dict[str, dict[str, Any]]) -> Scenar
         path: KeyPath = ("requests", name)
         ck = Checker(scenario.source, base)
         raw = {**t.pending, **keys}
-        done = with_cancel(ck, raw, path, _template(ck, name, raw, path))
+        done = with_endpoint(ck, raw, path,
+                             with_cancel(ck, raw, path, _template(ck, name, raw, path)))
         problems += ck.problems
         if done is not None:
             requests[name] = dataclasses.replace(done, filled=keys)

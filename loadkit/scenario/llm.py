@@ -28,7 +28,13 @@ import numpy as np
 
 from loadkit.errors import DatasetError
 from loadkit.scenario.checks import Checker, found
-from loadkit.scenario.model import DATASET_MAX_BYTES, DatasetSpec, InputSpec, RequestTemplate
+from loadkit.scenario.model import (
+    DATASET_MAX_BYTES,
+    ENDPOINTS,
+    DatasetSpec,
+    InputSpec,
+    RequestTemplate,
+)
 from loadkit.scenario.mooncake import prompt, read_rows
 from loadkit.scenario.source import KeyPath
 
@@ -305,3 +311,19 @@ def with_cancel(ck: Checker, raw: Any, path: KeyPath,
                               f"{found(m.get('share'))}")
         return template
     return None if after is None else dataclasses.replace(template, cancel=(after, float(share)))
+
+
+def with_endpoint(ck: Checker, raw: Any, path: KeyPath,
+                  template: RequestTemplate | None) -> RequestTemplate | None:
+    """`endpoint: generate | generate_stream`: the template goes to Triton's generate extension
+    (HTTP only: checked against the target), its inputs as the JSON fields of one request."""
+    if template is None or not isinstance(raw, dict) or "endpoint" not in raw:
+        return template
+    endpoint = ck.choice(raw, "endpoint", path, ENDPOINTS, "infer")
+    if endpoint != "infer":
+        for key, why in (("sequence", "a sequence's flags are infer request parameters"),
+                         ("validate", "validation reads infer responses")):
+            if key in raw:
+                ck.add((*path, key), f"endpoint: {endpoint} sends JSON fields to the generate "
+                                     f"extension; {why}: use endpoint: infer (the default)")
+    return dataclasses.replace(template, endpoint=endpoint)

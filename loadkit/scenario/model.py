@@ -27,6 +27,7 @@ DTYPES: dict[str, str] = {
 DTYPE_ALIASES = {"STRING": "BYTES"}  # Triton's config.pbtxt says TYPE_STRING
 DATA_KINDS = ("random", "zeros", "ones", "constant", "file", "dataset")
 ORDERS = ("sequential", "random")
+ENDPOINTS = ("infer", "generate", "generate_stream")
 # A template's prepared requests (data set or generated pool) are held in memory by every
 # process that sends: above this the scenario is refused (dataset: {max_size: ...} raises it).
 DATASET_MAX_BYTES = 512 << 20
@@ -115,6 +116,7 @@ class RequestTemplate:
     llm: Any = None  # an `llm:` template's facts (scenario/llm.py LlmSpec): token counts
     # decoupled models: (after N responses, share of requests) cancelled by the client
     cancel: tuple[int, float] | None = None
+    endpoint: str = "infer"  # over HTTP: infer, or the generate extension (docs/doors.md)
     # a template that leaves inputs to the model's metadata: its raw mapping, parsed again
     # once the server says what the model takes (scenario/from_model.py); None when complete
     pending: Any = field(default=None, repr=False, compare=False)

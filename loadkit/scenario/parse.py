@@ -9,7 +9,7 @@ from typing import Any
 
 from loadkit.errors import ScenarioError
 from loadkit.scenario.checks import Checker, found
-from loadkit.scenario.llm import with_cancel
+from loadkit.scenario.llm import with_cancel, with_endpoint
 from loadkit.scenario.model import (
     DEFAULT_AUTO_ROUNDS,
     MAX_REPEATS,
@@ -62,8 +62,9 @@ def load_scenario(path: str | Path, base: Path | None = None) -> Scenario:
             )
         else:
             for rname, rraw in raw_requests.items():
-                t = with_cancel(ck, rraw, ("requests", rname),
-                                _template(ck, rname, rraw, ("requests", rname)))
+                where = ("requests", rname)
+                t = with_endpoint(ck, rraw, where, with_cancel(
+                    ck, rraw, where, _template(ck, rname, rraw, where)))
                 if t is not None:
                     requests[rname] = t
     names = list(raw_requests) if isinstance(raw_requests, dict) else []

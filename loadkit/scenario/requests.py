@@ -192,7 +192,7 @@ def _template(ck: Checker, name: str, raw: Any, path: KeyPath) -> RequestTemplat
     m = ck.mapping(
         raw, path, ("model", "version", "batch_size", "inputs", "outputs", "dataset", "pool",
                     "order", "parameters", "sequence", "composing_models", "validate", "llm",
-                    "cancel"),
+                    "cancel", "endpoint"),
         ("model",)
     )
     if m is None:

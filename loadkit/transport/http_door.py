@@ -24,14 +24,8 @@ import numpy as np
 from loadkit.scenario import DTYPES, RequestTemplate, TargetSpec
 from loadkit.transport.call import InferError
 from loadkit.transport.door import Outputs, Tensors, Ticket
+from loadkit.transport.http_conn import END, ERROR_BODY, HttpConn
 
-# Triton's HTTP status for an error -> the gRPC status name reports count it under (the mapping
-# Triton's two frontends share: TRITONSERVER_Error codes)
-STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-          404: "NOT_FOUND", 409: "ALREADY_EXISTS", 429: "UNAVAILABLE", 499: "CANCELLED",
-          500: "INTERNAL", 501: "UNIMPLEMENTED", 502: "UNAVAILABLE", 503: "UNAVAILABLE",
-          504: "DEADLINE_EXCEEDED"}
-HEADER_LENGTH = b"inference-header-content-length"
 BACKOFF_S = (1.0, 120.0)  # as the gRPC door's: first wait after a failed connect, the most
 
 
@@ -65,7 +59,9 @@ class HttpEncoder:
         path = f"/v2/models/{template.model}"
         if template.version:
             path += f"/versions/{template.version}"
-        path += "/infer"
+        path += f"/{template.endpoint}"
+        if template.endpoint != "infer":
+            return self._generate(path, template, tensors)
         inputs, blobs = [], []
         for spec, arr in tensors:
             entry: dict[str, Any] = {"name": spec.name, "datatype": spec.dtype,
@@ -88,6 +84,21 @@ class HttpEncoder:
         text = json.dumps(header, separators=(",", ":")).encode()
         body = text + b"".join(blobs)
         return self.head(path, self.authority, len(text), len(body)) + body
+
+    def _generate(self, path: str, template: RequestTemplate, tensors: Tensors) -> bytes:
+        """The generate extension's JSON: each input a field (one element: its value, else a
+        list), the template's parameters as `parameters`."""
+        fields: dict[str, Any] = {}
+        for spec, arr in tensors:
+            values = _json_data(arr, spec.dtype)
+            fields[spec.name] = values[0] if len(values) == 1 else values
+        if template.parameters:
+            fields["parameters"] = dict(template.parameters)
+        body = json.dumps(fields, separators=(",", ":")).encode()
+        head = (f"POST {path} HTTP/1.1\r\nHost: {self.authority}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+                f"{self.extra}\r\n").encode()
+        return head + body
 
     def sequence_id(self, id_type: str, corr: int) -> bytes:
         return b'"sequence_id":' + (f'"{corr}"' if id_type == "string" else str(corr)).encode()
@@ -115,118 +126,6 @@ def _header(head: bytes, name: bytes) -> str | None:
     return m.group(1).decode() if m else None
 
 
-class HttpConn(asyncio.Protocol):
-    """One keep-alive connection carrying one request at a time."""
-
-    def __init__(self) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.closed = False
-        self.waiter: Any = None  # the ticket's reply for the request in flight
-        self.buf = b""
-        self.need = -1  # body bytes still due (-1: the head is not in yet)
-        self.chunked = False
-        self.status = 0
-        self.header_len = 0  # the response's inference header length (0: all JSON)
-        self.keep = True
-        self.tx_ns = 0
-        self.rx_ns = 0
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def send(self, payload: bytes, reply: Any) -> None:
-        assert self.transport is not None
-        self.waiter = reply
-        self.buf, self.need = b"", -1
-        self.tx_ns = time.perf_counter_ns()
-        self.transport.write(payload)
-
-    def data_received(self, data: bytes) -> None:
-        self.rx_ns = time.perf_counter_ns()
-        buf = self.buf + data if self.buf else data
-        if self.need < 0:
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                self.buf = buf
-                return
-            self._head(buf[:end])
-            buf = buf[end + 4:]
-        if self.chunked:
-            body = _dechunk(buf)
-            if body is None:
-                self.buf = buf
-                return
-        elif len(buf) < self.need:
-            self.buf = buf
-            return
-        else:
-            body = buf[:self.need]
-        self.buf, self.need = b"", -1
-        waiter, self.waiter = self.waiter, None
-        if not self.keep:
-            self.close()
-        if waiter is None:
-            return
-        if self.status == 200:
-            waiter(body, None)
-        else:
-            waiter(None, _error(self.status, body))
-
-    def _head(self, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        parts = lines[0].split(b" ", 2)
-        self.status = int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
-        length, self.chunked, self.header_len, self.keep = 0, False, 0, True
-        for line in lines[1:]:
-            key, _, value = line.partition(b":")
-            key = key.strip().lower()
-            if key == b"content-length":
-                length = int(value)
-            elif key == HEADER_LENGTH:
-                self.header_len = int(value)
-            elif key == b"transfer-encoding" and b"chunked" in value.lower():
-                self.chunked = True
-            elif key == b"connection" and value.strip().lower() == b"close":
-                self.keep = False
-        self.need = length
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        waiter, self.waiter = self.waiter, None
-        if waiter is not None:
-            waiter(None, InferError("UNAVAILABLE",
-                                    f"the server closed the connection ({exc or 'EOF'})"))
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.close()
-
-
-def _dechunk(buf: bytes) -> bytes | None:
-    """A chunked body, or None while it is not all in."""
-    out, pos = [], 0
-    while True:
-        eol = buf.find(b"\r\n", pos)
-        if eol < 0:
-            return None
-        size = int(buf[pos:eol].split(b";")[0], 16)
-        if size == 0:
-            return b"".join(out) if buf.find(b"\r\n", eol + 2) >= 0 else None
-        if len(buf) < eol + 2 + size + 2:
-            return None
-        out.append(buf[eol + 2: eol + 2 + size])
-        pos = eol + 2 + size + 2
-
-
-def _error(status: int, body: bytes) -> InferError:
-    try:
-        text = str(json.loads(body).get("error", "")) or body.decode(errors="replace")
-    except (ValueError, AttributeError):
-        text = body.decode(errors="replace")
-    return InferError(STATUS.get(status, "UNKNOWN"), f"HTTP {status}: {text}".strip())
-
-
 class HttpDoor:
     """Requests over per-slot keep-alive connections to one HTTP endpoint."""
 
@@ -248,6 +147,7 @@ class HttpDoor:
     def put(self, ticket: Ticket, payload: bytes) -> None:
         conn = ticket.conn
         if conn is not None and not conn.closed:
+            ticket.call = conn if ticket.decoupled else None
             conn.send(payload, ticket.reply)
         else:
             ticket.conn = None
@@ -267,6 +167,7 @@ class HttpDoor:
             raise
         if ticket.seq == seq and ticket.sent_ns:
             ticket.conn = conn
+            ticket.call = conn if ticket.decoupled else None
             conn.send(payload, ticket.reply)
         else:
             conn.close()
@@ -292,7 +193,8 @@ class HttpDoor:
         return conn
 
     def more(self, ticket: Ticket) -> None:
-        raise AssertionError("an HTTP infer request has one response")
+        assert ticket.conn is not None and ticket.reply is not None
+        ticket.conn.wait(ticket.reply)
 
     def retry(self, ticket: Ticket) -> None:
         ticket.conn = None
@@ -301,7 +203,7 @@ class HttpDoor:
     def cancel(self, ticket: Ticket, error: InferError) -> None:
         """An HTTP/1.1 request is cancelled by closing its connection."""
         del error  # the engine tells the sender itself
-        conn, ticket.conn = ticket.conn, None
+        conn, ticket.conn, ticket.call = ticket.conn, None, None
         if conn is not None:
             conn.waiter = None
             conn.close()
@@ -314,7 +216,13 @@ class HttpDoor:
         return max(0, latency_us - (rx_ns - conn.tx_ns) // 1000)
 
     def error_in(self, message: bytes) -> str | None:
-        return None  # an error is an HTTP status, already the request's error
+        """A generate response (or event) that is an error (Triton answers some with 200)."""
+        if not message.startswith(ERROR_BODY):
+            return None  # an infer error is an HTTP status, already the request's error
+        try:
+            return str(json.loads(message).get("error", "")) or message.decode()
+        except ValueError:
+            return message.decode(errors="replace")
 
     def outputs(self, ticket: Ticket, message: bytes) -> Outputs:
         conn = ticket.conn
@@ -333,11 +241,16 @@ class HttpDoor:
 
     @staticmethod
     def response_kind(message: bytes) -> tuple[bool, bool]:
-        return True, True  # one response per request
+        """An event of generate_stream: a response; END or an error ends the request."""
+        if message == END or message.startswith(ERROR_BODY):
+            return True, False
+        return False, True
 
     @staticmethod
     def text_output(message: bytes) -> bytes:
-        return b""  # streamed text is the generate door's (not yet here)
+        """A generate event's `text_output` (a string, or a list of them), for a tokenizer."""
+        text = json.loads(message).get("text_output", "")
+        return ("".join(text) if isinstance(text, list) else str(text)).encode()
 
     def cork(self) -> Any:
         return None  # one connection per request: nothing to coalesce

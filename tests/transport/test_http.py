@@ -135,7 +135,8 @@ def test_a_decoupled_model_over_http_is_refused_before_sending(triton, tmp_path)
     proc = loadkit("run", str(write(tmp_path / "s.yaml", yaml)), "--target",
                    f"http://{triton.http_address}", "--out", str(tmp_path / "r"))
     assert proc.returncode == 2, proc.stderr[-2000:]
-    assert "repeat is decoupled" in proc.stderr and "over gRPC" in proc.stderr, proc.stderr
+    assert "model repeat is decoupled" in proc.stderr and "generate_stream" in proc.stderr, (
+        proc.stderr)
     assert "Traceback" not in proc.stderr
 
 
