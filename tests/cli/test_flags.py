@@ -37,6 +37,7 @@ APPLIED = {
     "budget": "tests/search/test_capacity.py", "precision": "tests/search/test_capacity.py",
     "max_rate": "tests/search/test_capacity.py", "start_rate": "tests/search/test_capacity.py",
     "min_probe": "tests/search/test_capacity.py", "help": "argparse",
+    "protocol": "tests/transport/test_http.py",
 }
 # beside a scenario file (or alone) these are refused with a message naming the flag
 REFUSED = [

@@ -204,3 +204,23 @@ def test_perf_analyzer_flag_i_http_picks_the_door(triton, tmp_path: Path) -> Non
                                                 target={"transport": "unary"}))
     proc = loadkit("run", str(unary), "-i", "http", "--out", str(tmp_path / "u"))
     assert proc.returncode == 2 and "target.transport (unary)" in proc.stderr, proc.stderr
+
+
+def test_workers_send_over_http_with_exact_accounting(triton, tmp_path: Path) -> None:
+    """--workers 2 over HTTP: each worker's engine opens its own HTTP connections; the merged
+    step equals the server's count per model (a sequence template included)."""
+    requests = {"dense_b1": dense_b1(),
+                "acc": {"model": "accumulate", "sequence": {"length": 4, "ids": [1, 1000]},
+                        "inputs": {"INPUT0": {"dtype": "INT32", "shape": [1]}}}}
+    yaml = scenario("w", [{"name": "c", "load": load(4, "2s")}], requests,
+                    mix={"dense_b1": 70, "acc": 30})
+    out = tmp_path / "r"
+    proc = loadkit("run", str(write(tmp_path / "s.yaml", yaml)), "--target",
+                   f"http://{triton.http_address}", "--workers", "2", "--out", str(out),
+                   "--quiet", timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (step,) = _steps(out)
+    assert step["accounting"]["status"] == "ok", step["accounting"]
+    assert not step["errors"], step["error_messages"]
+    for name, model in (("dense_b1", "dense"), ("acc", "accumulate")):
+        assert step["server"][model]["success"] == step["client"][name]["requests"] > 0
