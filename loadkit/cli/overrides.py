@@ -61,10 +61,14 @@ def overrides(args: argparse.Namespace) -> list[tuple[str, Any]]:
                            "give --start-rate (or --request-rate-range for the first rate)")
     args = argparse.Namespace(**{k: getattr(args, k, None) for k in (
         "concurrency", "rate", "measurement_ms", "step_duration", "warmup", "batch_size",
-        "protocol")})
+        "protocol", "shared_memory", "output_shm")})
     out: list[tuple[str, Any]] = []
     if args.protocol is not None:
         out.append(("protocol", args.protocol))
+    if args.shared_memory is not None:
+        out.append(("shared_memory", args.shared_memory))
+    if args.output_shm is not None:
+        out.append(("output_shared_memory_size", _number(args.output_shm)))
     if args.concurrency is not None:
         out.append(("concurrency", _number(args.concurrency)))
     if args.rate is not None:
@@ -107,6 +111,12 @@ def apply(data: dict[str, Any], found: list[tuple[str, Any]]) -> tuple[dict[str,
                                    "remove it to run over HTTP")
             target["protocol"] = value
             said.append(f"-i {value}: target.protocol")
+            continue
+        if key in ("shared_memory", "output_shared_memory_size"):
+            out["target"] = out.get("target") or {}
+            out["target"][key] = value
+            flag = "--shared-memory" if key == "shared_memory" else "--output-shared-memory-size"
+            said.append(f"{flag} {value}: target.{key}")
             continue
         if key == "batch_size":
             names = list(out.get("requests") or {})

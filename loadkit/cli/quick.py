@@ -24,6 +24,11 @@ def add_model_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("-i", "--protocol", choices=("grpc", "http"), metavar="grpc|http",
                    help="Triton's door: gRPC (default) or HTTP/REST (docs/doors.md); with a "
                         "scenario file, its target.protocol")
+    g.add_argument("--shared-memory", choices=("none", "system", "cuda"), metavar="system|none",
+                   help="tensors through system shared memory instead of the request (Triton "
+                        "on this host); with a scenario file, its target.shared_memory")
+    g.add_argument("--output-shared-memory-size", dest="output_shm", metavar="BYTES",
+                   help="each output's shared memory slot (default 102400, as perf_analyzer)")
     g.add_argument("-x", "--model-version", dest="model_version", metavar="V",
                    help="with -m: the model version (default: the server's choice)")
     g.add_argument("-b", "--batch-size", dest="batch_size", type=int, metavar="N",
@@ -159,6 +164,10 @@ def target_key(args: argparse.Namespace) -> dict[str, Any]:
         out["url" if "://" in target else "grpc"] = target
     if getattr(args, "protocol", None) == "http" and "url" not in out:
         out["protocol"] = "http"
+    if getattr(args, "shared_memory", None):
+        out["shared_memory"] = args.shared_memory
+    if getattr(args, "output_shm", None):
+        out["output_shared_memory_size"] = _number(args.output_shm)
     return out
 
 

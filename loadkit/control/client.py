@@ -279,6 +279,21 @@ class ServerControl:
         resp = self._call("TraceSetting", request, 10)
         return {k: list(v.value) for k, v in resp.settings.items()}
 
+    def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
+        """Tell the server about a system shared memory region (transport/shm.py)."""
+        self._call("SystemSharedMemoryRegister", service_pb2.SystemSharedMemoryRegisterRequest(
+            name=name, key=key, offset=0, byte_size=byte_size), 10)
+
+    def unregister_system_shm(self, name: str) -> None:
+        self._call("SystemSharedMemoryUnregister",
+                   service_pb2.SystemSharedMemoryUnregisterRequest(name=name), 10)
+
+    def system_shm_regions(self) -> list[str]:
+        """The names of the system shared memory regions registered on the server."""
+        resp = self._call("SystemSharedMemoryStatus",
+                          service_pb2.SystemSharedMemoryStatusRequest(), 10)
+        return list(resp.regions)
+
     def config(self, name: str) -> dict[str, Any]:
         resp = self._call("ModelConfig", service_pb2.ModelConfigRequest(name=name), 10)
         return MessageToDict(resp.config, preserving_proto_field_name=True)

@@ -100,6 +100,16 @@ class HttpControl(ServerControl):
             got = self._request("POST", path, 10, {k: (v or None) for k, v in settings.items()})
         return {k: v if isinstance(v, list) else [str(v)] for k, v in got.items()}
 
+    def register_system_shm(self, name: str, key: str, byte_size: int) -> None:
+        self._request("POST", f"/v2/systemsharedmemory/region/{name}/register", 10,
+                      {"key": key, "offset": 0, "byte_size": byte_size})
+
+    def unregister_system_shm(self, name: str) -> None:
+        self._request("POST", f"/v2/systemsharedmemory/region/{name}/unregister", 10, {})
+
+    def system_shm_regions(self) -> list[str]:
+        return [r["name"] for r in self._request("GET", "/v2/systemsharedmemory/status", 10)]
+
     def load(self, name: str, config: dict[str, Any] | None = None,
              timeout_s: float = 300.0) -> None:
         body = {} if config is None else {"parameters": {"config": json.dumps(config)}}

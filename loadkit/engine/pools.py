@@ -5,7 +5,7 @@ which entry it sent (for the step's count of distinct requests and for output va
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from loadkit.record import StepWindow
@@ -29,6 +29,9 @@ class Pools:
         # validate: true: per template, per entry, the outputs expected (None: no check)
         self.expected: list[list[dict[str, Any]] | None] = [None] * len(self.pools)
         self.validating = False
+        # shared memory: (template, entry, expected) -> the outputs as the server wrote them
+        # in the entry's region (the response carries none); None: read from the response
+        self.shm_read: Callable[[int, int, dict[str, Any]], Outputs] | None = None
         # per template, a data set's sequences (perf_analyzer's sequence form) as (first
         # entry, length), handed out in turn; [] where the template has none
         self.sequences: list[list[tuple[int, int]]] = [[] for _ in self.pools]
@@ -97,5 +100,8 @@ class Pools:
         expected = self.expected[check[0]]
         if expected is None:
             return None
-        why = mismatch(outputs, expected[check[1]])
+        want = expected[check[1]]
+        if self.shm_read is not None:
+            outputs = self.shm_read(check[0], check[1], want)
+        why = mismatch(outputs, want)
         return None if why is None else InferError("MISMATCH", why)

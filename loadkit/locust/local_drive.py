@@ -21,6 +21,8 @@ from typing import Any
 
 import gevent
 
+from loadkit.control.http_client import connect
+from loadkit.control.shared_memory import DEFAULT_OUTPUT_BYTES, SystemMemory, check_local
 from loadkit.engine.core import Engine
 from loadkit.engine.host import Host
 from loadkit.engine.slots import Completion, Lane
@@ -83,7 +85,9 @@ class LocalDrive:
         names = list(scenario.requests)  # a phase's mix may use any of them
         self.template_names = names
         encoder = encoder_for(address, scenario.target)
-        self.payloads = [prepare_pool(scenario.requests[n], encoder) for n in names]
+        self.memory = self._shared_memory(scenario, address)
+        place = self.memory.place if self.memory is not None else None
+        self.payloads = [prepare_pool(scenario.requests[n], encoder, place) for n in names]
         # per phase: the cumulative weights pick() draws from (switched at each gate opening)
         self.mixes = [cumulative(names, p.mix) for p in plan.phases]
         self.cumulative = cumulative(names, scenario.mix)
@@ -112,6 +116,10 @@ class LocalDrive:
             streams=streams, random_order=[t.order == "random" for t in templates])
         self.host = Host(self.engine)  # what the load models see of it
         self.engine.requests.expect([expected_pool(scenario.requests[n]) for n in names])
+        if self.memory is not None:
+            memory = self.memory
+            self.engine.requests.shm_read = lambda i, entry, want: memory.read(
+                names[i], entry, want)
         self.engine.requests.set_sequences([
             t.dataset.sequences if t.sequence is not None and t.dataset is not None else ()
             for t in templates])
@@ -119,6 +127,15 @@ class LocalDrive:
         self._specs = specs if any(specs) else None
         self._ids = new_ids(specs) if any(specs) else None
         self._phase = -1
+
+    @staticmethod
+    def _shared_memory(scenario: Scenario, address: str) -> SystemMemory | None:
+        """`shared_memory: system`: this process's regions, registered over the run's door."""
+        if scenario.target.shared_memory != "system":
+            return None
+        check_local(address)
+        control = connect(address, scenario.target)
+        return SystemMemory(control, scenario.target.output_shm_bytes or DEFAULT_OUTPUT_BYTES)
 
     def user_rng(self) -> random.Random:
         self._user_seq += 1
@@ -233,8 +250,13 @@ class LocalDrive:
             gevent.sleep(PUMP_S)
 
     def stop(self) -> None:
-        """At the end of the run: stop the engine, hand Locust the last completions."""
+        """At the end of the run: stop the engine, hand Locust the last completions, remove
+        the shared memory regions."""
         self.engine.stop()
+        if self.memory is not None:
+            self.memory.close()
+            self.memory.control.close()
+            self.memory = None
         self.pump()
         if self._pump is not None:
             self._pump.kill(block=False)

@@ -6,7 +6,7 @@ import statistics
 from typing import Any
 
 from loadkit.report import replay as replay_report
-from loadkit.report import streaming
+from loadkit.report import streaming, units
 from loadkit.report import tune as tune_report
 from loadkit.report.capacity import capacity_table
 from loadkit.report.compare import Comparison, Row, highlights, load_label
@@ -124,7 +124,8 @@ def summary_table(results: dict[str, Any]) -> str:
         out += [f"Reason: {results['reason']}", ""]
     out += warnings(results)
     out += [
-        f"Target: {results['target']}{' (embedded Triton)' if results['embedded'] else ''}. "
+        f"Target: {results['target']}{' (embedded Triton)' if results['embedded'] else ''}"
+        f"{units.door_note(results)}. "
         "Latencies in ms from HDR histograms (us resolution); infer/s counts successful "
         "inferences (requests x batch size); ±: the half-width of its "
         f"{results.get('confidence', 0.95):.0%} confidence interval (docs/verdicts.md).",

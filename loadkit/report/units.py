@@ -46,3 +46,10 @@ def template_batch(template: dict[str, Any]) -> int:
 def infer_per_s(client: dict[str, Any], template: dict[str, Any], seconds: float) -> float:
     """A template's successful inferences per second: its requests x its batch size."""
     return client["requests"] * template_batch(template) / seconds if seconds else 0.0
+
+
+def door_note(results: dict[str, Any]) -> str:
+    """How tensors travelled, when not in the requests (docs/doors.md)."""
+    target = (results.get("scenario") or {}).get("target") or {}
+    shm = target.get("shared_memory", "none") if isinstance(target, dict) else "none"
+    return f", tensors through {shm} shared memory" if shm not in ("none", None) else ""

@@ -11,6 +11,8 @@ from pathlib import Path
 from loadkit.control.client import ServerControl
 from loadkit.control.embedded import EmbeddedServer
 from loadkit.control.http_client import connect
+from loadkit.control.shared_memory import check_local, sweep
+from loadkit.control.shared_memory import refuse as refuse_shared_memory
 from loadkit.errors import TargetError
 from loadkit.scenario import (
     Scenario,
@@ -70,6 +72,7 @@ class Session:
     ):
         self.server: EmbeddedServer | None = None
         self.control: ServerControl | None = None
+        self.shared_memory = scenario.target.shared_memory == "system"
         try:
             if address and "://" not in address and scenario.target.protocol == "http":
                 address = f"http://{address}"  # the scenario (or -i http) names the door
@@ -81,6 +84,8 @@ class Session:
                     address = f"http://{self.server.http_address}"
                 say(f"embedded Triton ready: {address}, metrics {self.server.metrics_url}")
             self.address: str = address
+            if self.shared_memory:
+                check_local(address)  # before a byte goes to a host that cannot share memory
             metrics = metrics_url or (self.server.metrics_url if self.server else None)
             self.control = connect(address, scenario.target, metrics)
             self.control.wait_live(timeout_s=live_timeout_s, say=say)
@@ -88,6 +93,9 @@ class Session:
             self.infos = infos
             scenario = checked_against(scenario, infos)
             refuse_over_http(scenario, address, infos)
+            refuse_shared_memory(scenario, address, infos)
+            if scenario.target.shared_memory == "system":
+                sweep(self.control)  # what a killed run left
             self.scenario = with_model_facts(scenario, unbatched_models(infos),
                                              composing_models(infos), decoupled_models(infos),
                                              scripted_models(infos))
@@ -101,6 +109,8 @@ class Session:
 
     def close(self, log_copy: Path | None = None) -> None:
         if self.control is not None:
+            if self.shared_memory:
+                sweep(self.control, mine=True)  # a worker killed, a drive not stopped
             self.control.close()
             self.control = None
         if self.server is not None:

@@ -149,6 +149,8 @@ class TargetSpec:
     url: str | None = None  # http://host:port, https://host:port or grpc://host:port
     protocol: str = "grpc"  # the door when the address has no scheme
     http_binary: bool = True  # HTTP: the binary tensor extension (false: JSON tensors)
+    shared_memory: str = "none"  # none | system | cuda: where tensors go (docs/doors.md)
+    output_shm_bytes: int = 0  # each output's region slot when its shape varies (0: 100 KiB)
     tls: TLSSpec | None = None
     headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
     timeout_s: float = 10.0

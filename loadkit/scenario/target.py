@@ -16,6 +16,7 @@ from loadkit.scenario.model import (
 )
 from loadkit.scenario.source import KeyPath
 
+SHARED_MEMORY = ("none", "system", "cuda")
 URL = re.compile(r"^(https?|grpc)://[\w.\-\[\]:]+:\d+/?$")
 
 
@@ -24,7 +25,7 @@ def _target(ck: Checker, raw: Any) -> TargetSpec:
     m = ck.mapping(
         raw, path, ("grpc", "url", "protocol", "http", "tls", "headers", "timeout", "metrics",
                     "transport", "on_server_loss", "server_loss_wait", "reload_timeout",
-                    "max_message_size", "shared"),
+                    "max_message_size", "shared", "shared_memory", "output_shared_memory_size"),
     )
     if m is None:
         return TargetSpec()
@@ -80,7 +81,15 @@ def _target(ck: Checker, raw: Any) -> TargetSpec:
     max_bytes = 4 << 20
     if "max_message_size" in m:
         max_bytes = ck.size(m["max_message_size"], (*path, "max_message_size")) or max_bytes
+    shm = ck.choice(m, "shared_memory", path, SHARED_MEMORY, "none")
+    out_bytes = 0
+    if "output_shared_memory_size" in m:
+        out_bytes = ck.size(m["output_shared_memory_size"], (*path, "output_shared_memory_size"))
+        if shm == "none":
+            ck.add((*path, "output_shared_memory_size"), "sizes the output regions of "
+                   "shared_memory: system; expected shared_memory beside it")
     return TargetSpec(
+        shared_memory=shm, output_shm_bytes=out_bytes or 0,
         grpc=grpc_addr, url=url, protocol=protocol, http_binary=binary, tls=tls,
         headers=tuple(headers), timeout_s=timeout or 10.0,
         secret_values=tuple(ck.secrets), metrics=metrics, transport=transport,

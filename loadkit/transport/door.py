@@ -24,6 +24,9 @@ Reply = Callable[[bytes | None, InferError | None], None]
 # a response's outputs as validation reads them: name -> (datatype, raw row-major bytes)
 Outputs = dict[str, tuple[str, bytes]]
 Tensors = Sequence[tuple[InputSpec, np.ndarray]]
+# where a request's tensors are in shared memory (transport/shm.py): name -> (region, offset,
+# byte size); an input named here is not carried in the request, an output is written there
+Refs = dict[str, tuple[str, int, int]]
 
 
 @dataclass(eq=False, kw_only=True)
@@ -48,8 +51,10 @@ class Encoder(Protocol):
 
     name: str
 
-    def encode(self, template: RequestTemplate, tensors: Tensors) -> bytes:
-        """The request as it goes on the wire (framing included)."""
+    def encode(self, template: RequestTemplate, tensors: Tensors, inputs: Refs | None = None,
+               outputs: Refs | None = None) -> bytes:
+        """The request as it goes on the wire (framing included); `inputs`/`outputs`: the
+        tensors in shared memory instead."""
         ...
 
     def sequence_id(self, id_type: str, corr: int) -> bytes: ...

@@ -18,7 +18,7 @@ from tritonclient.grpc import service_pb2
 from loadkit.scenario import RequestTemplate, TargetSpec
 from loadkit.transport.call import InferError, StreamsFull, frame
 from loadkit.transport.connection import Connection
-from loadkit.transport.door import Outputs, Tensors, Ticket
+from loadkit.transport.door import Outputs, Refs, Tensors, Ticket
 from loadkit.transport.wire import Wire
 
 MODEL_INFER = b"/inference.GRPCInferenceService/ModelInfer"
@@ -40,6 +40,13 @@ START = _param("sequence_start", bool_param=True)
 END = _param("sequence_end", bool_param=True)
 
 
+def _in_region(params: Any, ref: tuple[str, int, int]) -> None:
+    region, offset, size = ref
+    params["shared_memory_region"].string_param = region
+    params["shared_memory_offset"].int64_param = offset
+    params["shared_memory_byte_size"].int64_param = size
+
+
 class GrpcEncoder:
     """ModelInferRequest bytes, length-prefixed as one gRPC message."""
 
@@ -48,7 +55,8 @@ class GrpcEncoder:
     def __init__(self, target: TargetSpec | None = None, authority: str = ""):
         del target, authority  # the gRPC encoding does not depend on them
 
-    def encode(self, template: RequestTemplate, tensors: Tensors) -> bytes:
+    def encode(self, template: RequestTemplate, tensors: Tensors, inputs: Refs | None = None,
+               outputs: Refs | None = None) -> bytes:
         from loadkit.transport.payloads import tensor_bytes  # payloads imports this module
 
         req = service_pb2.ModelInferRequest(model_name=template.model,
@@ -70,9 +78,15 @@ class GrpcEncoder:
             tensor.name = spec.name
             tensor.datatype = spec.dtype
             tensor.shape.extend(arr.shape)
-            req.raw_input_contents.append(tensor_bytes(arr, spec.dtype))
-        for name in template.outputs:
-            req.outputs.add().name = name
+            if inputs:
+                _in_region(tensor.parameters, inputs[spec.name])
+            else:
+                req.raw_input_contents.append(tensor_bytes(arr, spec.dtype))
+        for name in outputs or template.outputs:
+            out = req.outputs.add()
+            out.name = name
+            if outputs:
+                _in_region(out.parameters, outputs[name])
         return frame(req.SerializeToString())
 
     def sequence_id(self, id_type: str, corr: int) -> bytes:

@@ -23,7 +23,7 @@ import numpy as np
 
 from loadkit.scenario import DTYPES, RequestTemplate, TargetSpec
 from loadkit.transport.call import InferError
-from loadkit.transport.door import Outputs, Tensors, Ticket
+from loadkit.transport.door import Outputs, Refs, Tensors, Ticket
 from loadkit.transport.http_conn import END, ERROR_BODY, HttpConn
 
 BACKOFF_S = (1.0, 120.0)  # as the gRPC door's: first wait after a failed connect, the most
@@ -53,7 +53,8 @@ class HttpEncoder:
                 f"Content-Type: application/{'octet-stream' if self.binary else 'json'}\r\n"
                 f"{binary}Content-Length: {total}\r\n{self.extra}\r\n").encode()
 
-    def encode(self, template: RequestTemplate, tensors: Tensors) -> bytes:
+    def encode(self, template: RequestTemplate, tensors: Tensors, inputs: Refs | None = None,
+               outputs: Refs | None = None) -> bytes:
         from loadkit.transport.payloads import tensor_bytes  # payloads imports door.py
 
         path = f"/v2/models/{template.model}"
@@ -62,23 +63,27 @@ class HttpEncoder:
         path += f"/{template.endpoint}"
         if template.endpoint != "infer":
             return self._generate(path, template, tensors)
-        inputs, blobs = [], []
+        entries, blobs = [], []
         for spec, arr in tensors:
             entry: dict[str, Any] = {"name": spec.name, "datatype": spec.dtype,
                                      "shape": list(arr.shape)}
-            if self.binary:
+            if inputs:
+                entry["parameters"] = _region(inputs[spec.name])
+            elif self.binary:
                 raw = tensor_bytes(arr, spec.dtype)
                 entry["parameters"] = {"binary_data_size": len(raw)}
                 blobs.append(raw)
             else:
                 entry["data"] = _json_data(arr, spec.dtype)
-            inputs.append(entry)
-        header: dict[str, Any] = {"inputs": inputs}
-        if template.outputs:
+            entries.append(entry)
+        header: dict[str, Any] = {"inputs": entries}
+        if outputs:
+            header["outputs"] = [{"name": n, "parameters": _region(r)} for n, r in outputs.items()]
+        elif template.outputs:
             header["outputs"] = [{"name": n, "parameters": {"binary_data": self.binary}}
                                  for n in template.outputs]
         params = dict(template.parameters)
-        if self.binary and not template.outputs:
+        if self.binary and not template.outputs and not outputs:
             params["binary_data_output"] = True
         header["parameters"] = params  # last: in_sequence adds to it
         text = json.dumps(header, separators=(",", ":")).encode()
@@ -119,6 +124,11 @@ class HttpEncoder:
         path = head.split(b" ", 2)[1].decode()
         authority = _header(head, b"host") or ""
         return self.head(path, authority, len(header), len(header) + len(rest)) + header + rest
+
+
+def _region(ref: tuple[str, int, int]) -> dict[str, Any]:
+    return {"shared_memory_region": ref[0], "shared_memory_offset": ref[1],
+            "shared_memory_byte_size": ref[2]}
 
 
 def _header(head: bytes, name: bytes) -> str | None:

@@ -11,12 +11,12 @@ each element a 4-byte little-endian length, then its bytes.
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from loadkit.scenario import DTYPES, InputSpec, RequestTemplate, mixed_shapes
-from loadkit.transport.door import Encoder
+from loadkit.transport.door import Encoder, Refs, Tensors
 
 ALPHABET = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz     ", dtype=np.uint8)
 
@@ -73,14 +73,13 @@ def tensor_bytes(arr: np.ndarray, dtype: str) -> bytes:
     return np.ascontiguousarray(arr, DTYPES[dtype]).tobytes()
 
 
-def _generated(template: RequestTemplate, encoder: Encoder) -> Iterator[bytes]:
+def _generated(template: RequestTemplate) -> Iterator[Tensors]:
     n = max(1, template.pool)
     shapes = {s.name: mixed_shapes(s, n) for s in template.inputs if s.shapes}
     for k in range(n):
-        yield encoder.encode(template, [
-            (s, input_array(s, template.batch_size, template.batched, k,
-                            shapes[s.name][k] if s.shapes else None))
-            for s in template.inputs])
+        yield [(s, input_array(s, template.batch_size, template.batched, k,
+                               shapes[s.name][k] if s.shapes else None))
+               for s in template.inputs]
 
 
 def batches(entries: int, batch: int) -> int:
@@ -90,7 +89,7 @@ def batches(entries: int, batch: int) -> int:
     return max(1, -(-entries // batch))
 
 
-def _from_dataset(template: RequestTemplate, encoder: Encoder) -> Iterator[bytes]:
+def _from_dataset(template: RequestTemplate) -> Iterator[Tensors]:
     assert template.dataset is not None
     entries = template.dataset.entries
     b = template.batch_size if template.batched else 1
@@ -109,7 +108,7 @@ def _from_dataset(template: RequestTemplate, encoder: Encoder) -> Iterator[bytes
                     f"{sorted({a.shape for a in arrays})}: a batch needs one shape")
             arr = np.stack(arrays) if template.batched else arrays[0]
             tensors.append((s, arr))
-        yield encoder.encode(template, tensors)
+        yield tensors
 
 
 def expected_pool(template: RequestTemplate) -> list[dict[str, np.ndarray]] | None:
@@ -126,8 +125,19 @@ def expected_pool(template: RequestTemplate) -> list[dict[str, np.ndarray]] | No
     return out
 
 
-def prepare_pool(template: RequestTemplate, encoder: Encoder) -> list[bytes]:
-    """Every request the template sends, encoded once by the door's encoder (door.py)."""
-    if template.dataset is not None:
-        return list(_from_dataset(template, encoder))
-    return list(_generated(template, encoder))
+# shared memory (control/shared_memory.py): writes a pool's inputs into regions and gives each
+# entry where its inputs are and its outputs go
+Place = Callable[[RequestTemplate, list[Tensors]], list[tuple[Refs, Refs]]]
+
+
+def prepare_pool(template: RequestTemplate, encoder: Encoder,
+                 place: Place | None = None) -> list[bytes]:
+    """Every request the template sends, encoded once by the door's encoder (door.py); with
+    `place`, its tensors in shared memory and the requests naming them."""
+    tensors = iter(_from_dataset(template) if template.dataset is not None
+                   else _generated(template))
+    if place is None:
+        return [encoder.encode(template, t) for t in tensors]
+    pool = list(tensors)
+    return [encoder.encode(template, t, refs_in, refs_out)
+            for t, (refs_in, refs_out) in zip(pool, place(template, pool), strict=True)]

@@ -38,6 +38,8 @@ APPLIED = {
     "max_rate": "tests/search/test_capacity.py", "start_rate": "tests/search/test_capacity.py",
     "min_probe": "tests/search/test_capacity.py", "help": "argparse",
     "protocol": "tests/transport/test_http.py",
+    "shared_memory": "tests/transport/test_shared_memory.py",
+    "output_shm": "tests/transport/test_shared_memory.py",
 }
 # beside a scenario file (or alone) these are refused with a message naming the flag
 REFUSED = [
