@@ -1,6 +1,7 @@
 """`make bench-doors`: loadkit and perf_analyzer through each of Triton's doors, side by side on
 one embedded Triton: gRPC (loadkit's stream vs `perf_analyzer --streaming`) and HTTP/REST
-(loadkit's binary tensors vs `perf_analyzer -i http`, binary by default), on `dense` at
+(loadkit's binary tensors vs `perf_analyzer -i http`, binary by default), and each with
+system shared memory (`shared_memory: system` vs `--shared-memory system`), on `dense` at
 concurrency 8 and `image_large` (602 KB per request) at concurrency 4.
 
 Each pair runs the four clients one after another in a rotated order (the machine's speed
@@ -33,7 +34,7 @@ CASES = {  # model -> (input, shape, concurrency)
 }
 SCENARIO = """
 name: doors
-target: {{shared: false}}
+target: {{shared: false, shared_memory: {shm}}}
 requests:
   r:
     model: {model}
@@ -44,11 +45,12 @@ phases:
 """
 
 
-def run_loadkit(address: str, model: str, seconds: float, work: Path) -> dict[str, Any]:
+def run_loadkit(address: str, model: str, seconds: float, work: Path,
+                shm: str = "none") -> dict[str, Any]:
     name, shape, level = CASES[model]
     scen = work / "doors.yaml"
     scen.write_text(SCENARIO.format(model=model, input=name, shape=shape, level=level,
-                                    seconds=seconds))
+                                    seconds=seconds, shm=shm))
     out = work / f"lk-{time.monotonic_ns()}"
     proc = subprocess.run([sys.executable, "-m", "loadkit", "run", str(scen), "--target",
                            address, "--out", str(out), "--quiet"],
@@ -66,7 +68,7 @@ def run_loadkit(address: str, model: str, seconds: float, work: Path) -> dict[st
 
 
 def run_perf_analyzer(address: str, protocol: str, model: str, seconds: float, work: Path,
-                      control: Any) -> dict[str, Any] | None:
+                      control: Any, shm: str = "none") -> dict[str, Any] | None:
     name, shape, level = CASES[model]
     for stability in (25, 50):
         csv_path = work / f"pa-{time.monotonic_ns()}.csv"
@@ -77,7 +79,9 @@ def run_perf_analyzer(address: str, protocol: str, model: str, seconds: float, w
              "--measurement-interval", str(int(seconds * 1000)), "--max-trials", "10",
              "--stability-percentage", str(stability),
              "--shape", f"{name}:{','.join(map(str, shape))}", "-f", str(csv_path),
-             *(["--streaming"] if protocol == "grpc" else [])],
+             *(["--streaming"] if protocol == "grpc" else []),
+             *(["--shared-memory", shm, "--output-shared-memory-size", "102400"]
+               if shm != "none" else [])],
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
             env={**os.environ, "LD_LIBRARY_PATH": str(TOOLS / "lib")})
         _, status, usage = os.wait4(proc.pid, 0)
@@ -98,6 +102,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=4.0,
                     help="perf_analyzer's window; loadkit measures 3x this")
     ap.add_argument("--models", default="dense,image_large")
+    ap.add_argument("--doors", default="grpc,http,grpc+shm",
+                    help="grpc, http, and each with +shm (system shared memory)")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     args = ap.parse_args()
     if not PERF_ANALYZER.is_file():
@@ -109,8 +115,8 @@ def main() -> int:
     models = [m for m in args.models.split(",") if m]
     server = EmbeddedServer(models=tuple(models)).start()
     control = ServerControl(server.grpc_address)
-    clients = [("loadkit", "grpc"), ("perf_analyzer", "grpc"), ("loadkit", "http"),
-               ("perf_analyzer", "http")]
+    doors = [d for d in args.doors.split(",") if d]
+    clients = [(c, d) for d in doors for c in ("loadkit", "perf_analyzer")]
     report: dict[str, Any] = {
         "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "cpus": os.cpu_count(), "pairs": args.pairs, "seconds": args.seconds,
@@ -122,20 +128,23 @@ def main() -> int:
             for model in models:
                 runs: dict[str, list[dict[str, Any]]] = {f"{c}/{p}": [] for c, p in clients}
                 for i in range(args.pairs):
-                    order = clients[i % 4:] + clients[:i % 4]  # rotated: drift spreads evenly
-                    for client, protocol in order:
+                    turn = i % len(clients)
+                    order = clients[turn:] + clients[:turn]  # rotated: drift spreads evenly
+                    for client, door in order:
+                        protocol, _, shm = door.partition("+")
+                        shm = "system" if shm else "none"
                         address = (server.grpc_address if protocol == "grpc"
                                    else server.http_address)
                         if client == "loadkit":
                             got: dict[str, Any] | None = run_loadkit(
                                 address if protocol == "grpc" else f"http://{address}", model,
-                                args.seconds * STABILITY_WINDOWS, work)
+                                args.seconds * STABILITY_WINDOWS, work, shm)
                         else:
                             got = run_perf_analyzer(address, protocol, model, args.seconds,
-                                                    work, control)
+                                                    work, control, shm)
                         if got is not None:
-                            runs[f"{client}/{protocol}"].append(got)
-                            print(f"{model} {client}/{protocol}: {got['infer_s']:.0f}/s, "
+                            runs[f"{client}/{door}"].append(got)
+                            print(f"{model} {client}/{door}: {got['infer_s']:.0f}/s, "
                                   f"{got['cpu_us_per_inference']} us cpu", file=sys.stderr,
                                   flush=True)
                 report["runs"][model] = runs
@@ -164,7 +173,7 @@ def ratios(runs: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, Any]:
     """Per model and door: loadkit / perf_analyzer, medians with their spread."""
     out: dict[str, Any] = {}
     for model, by in runs.items():
-        for door in ("grpc", "http"):
+        for door in sorted({k.split("/", 1)[1] for k in by}):
             lk, pa = by.get(f"loadkit/{door}", []), by.get(f"perf_analyzer/{door}", [])
             if lk and pa:
                 out[f"{model}/{door}"] = {
@@ -180,7 +189,7 @@ def table(report: dict[str, Any]) -> str:
         for key, rows in by.items():
             if not rows:
                 continue
-            client, door = key.split("/")
+            client, door = key.split("/", 1)
 
             def med(k: str, rows: list[dict[str, Any]] = rows) -> float:
                 return sorted(r[k] for r in rows)[len(rows) // 2]

@@ -96,8 +96,10 @@ class HttpControl(ServerControl):
         path = f"/v2/models/{model}/trace/setting" if model else "/v2/trace/setting"
         if settings is None:
             got = self._request("GET", path, 10)
-        else:  # an empty list clears a setting back to the server's: JSON null
-            got = self._request("POST", path, 10, {k: (v or None) for k, v in settings.items()})
+        else:  # trace_level is a list, the rest strings; an empty list clears one (null)
+            got = self._request("POST", path, 10, {
+                k: (v if k == "trace_level" else v[0]) if v else None
+                for k, v in settings.items()})
         return {k: v if isinstance(v, list) else [str(v)] for k, v in got.items()}
 
     def register_system_shm(self, name: str, key: str, byte_size: int) -> None:

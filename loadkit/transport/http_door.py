@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from loadkit.errors import TargetError
 from loadkit.scenario import DTYPES, RequestTemplate, TargetSpec
 from loadkit.transport.call import InferError
 from loadkit.transport.door import Outputs, Refs, Tensors, Ticket
@@ -29,10 +30,17 @@ from loadkit.transport.http_conn import END, ERROR_BODY, HttpConn
 BACKOFF_S = (1.0, 120.0)  # as the gRPC door's: first wait after a failed connect, the most
 
 
-def _json_data(arr: np.ndarray, dtype: str) -> list[Any]:
-    if dtype == "BYTES":
+def _json_data(arr: np.ndarray, dtype: str, where: str = "") -> list[Any]:
+    """A tensor's elements as JSON values; BYTES must be UTF-8 text (JSON has no bytes)."""
+    if dtype != "BYTES":
+        return arr.ravel().tolist()
+    try:
         return [x.decode("utf-8") if isinstance(x, bytes) else str(x) for x in arr.ravel()]
-    return arr.ravel().tolist()
+    except UnicodeDecodeError as exc:
+        raise TargetError(
+            f"{where}: a BYTES element is not UTF-8 text ({exc.reason} at byte {exc.start}), "
+            "and JSON tensors carry only text: use the binary tensor extension (target.http: "
+            "{binary: true}, the default) or the generate endpoint's text fields") from None
 
 
 class HttpEncoder:
@@ -74,7 +82,9 @@ class HttpEncoder:
                 entry["parameters"] = {"binary_data_size": len(raw)}
                 blobs.append(raw)
             else:
-                entry["data"] = _json_data(arr, spec.dtype)
+                entry["data"] = _json_data(arr, spec.dtype,
+                                           f"request template '{template.name}' input "
+                                           f"'{spec.name}'")
             entries.append(entry)
         header: dict[str, Any] = {"inputs": entries}
         if outputs:
@@ -95,7 +105,8 @@ class HttpEncoder:
         list), the template's parameters as `parameters`."""
         fields: dict[str, Any] = {}
         for spec, arr in tensors:
-            values = _json_data(arr, spec.dtype)
+            values = _json_data(arr, spec.dtype, f"request template '{template.name}' input "
+                                                 f"'{spec.name}' (endpoint: {template.endpoint})")
             fields[spec.name] = values[0] if len(values) == 1 else values
         if template.parameters:
             fields["parameters"] = dict(template.parameters)

@@ -224,3 +224,38 @@ def test_workers_send_over_http_with_exact_accounting(triton, tmp_path: Path) ->
     assert not step["errors"], step["error_messages"]
     for name, model in (("dense_b1", "dense"), ("acc", "accumulate")):
         assert step["server"][model]["success"] == step["client"][name]["requests"] > 0
+
+
+def test_json_tensors_refuse_bytes_that_are_not_text(triton, tmp_path: Path) -> None:
+    """A BYTES data set entry that is not UTF-8 cannot travel as a JSON string: exit 2, the
+    template and input named, the binary extension offered, nothing sent."""
+    import base64
+
+    data = tmp_path / "b.json"
+    data.write_text(json.dumps({"data": [{"TEXT": {"b64": base64.b64encode(
+        b"\xff\xfe raw").decode()}}]}))
+    requests = {"t": {"model": "text_classifier", "dataset": str(data),
+                      "inputs": {"TEXT": {"dtype": "BYTES", "shape": [1], "data": "dataset"}}}}
+    yaml = scenario("b", [{"name": "p", "load": load(1, "1s")}], requests,
+                    target={"url": f"http://{triton.http_address}", "http": {"binary": False}})
+    proc = loadkit("run", str(write(tmp_path / "s.yaml", yaml)), "--out", str(tmp_path / "r"))
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "request template 't' input 'TEXT': a BYTES element is not UTF-8" in proc.stderr
+    assert "binary: true" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_trace_settings_over_http(triton) -> None:
+    """`loadkit trace`'s calls over the HTTP control plane: read a model's settings, set a
+    capture, see it, put the old ones back."""
+    from loadkit.control.http_client import connect
+    from loadkit.control.trace import capture_settings, read_settings, restore, write_settings
+
+    with connect(f"http://{triton.http_address}") as control:
+        before = read_settings(control, "dense")
+        assert "trace_level" in before and "trace_file" in before, before
+        got = write_settings(control, capture_settings(7, 50), "dense")
+        assert got["trace_rate"] == ["7"] and got["trace_level"] == ["TIMESTAMPS"], got
+        restore(control, before, "dense")
+        after = read_settings(control, "dense")
+        assert {k: after[k] for k in ("trace_rate", "trace_level")} == {
+            k: before[k] for k in ("trace_rate", "trace_level")}, (before, after)

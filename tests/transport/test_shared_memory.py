@@ -75,9 +75,10 @@ def test_tensors_go_through_registered_regions(triton, control, tmp_path, door) 
                              "--out", str(out), "--quiet"], cwd=ROOT, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     # while it runs, its regions are registered (and named by its pid)
-    seen = wait_for(lambda: [n for n in control.system_shm_regions()
-                             if n.startswith(f"loadkit-{proc.pid}-")], 60, "regions registered")
-    assert len(seen) == 4, seen  # per template: its inputs' region and its outputs'
+    # per template: its inputs' region and its outputs'
+    wait_for(lambda: len([n for n in control.system_shm_regions()
+                          if n.startswith(f"loadkit-{proc.pid}-")]) == 4, 60,
+             "4 regions registered")
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 0, stderr[-3000:]
     assert "tensors through system shared memory" in (out / "summary.md").read_text()
@@ -164,3 +165,23 @@ def test_shared_memory_refusals(triton, tmp_path, target, flags, message) -> Non
                    timeout=60)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_ctrl_c_leaves_no_region(triton, control, tmp_path) -> None:
+    """SIGINT mid-step: the run stops (exit 130) and its regions are gone."""
+    yaml = scenario("int", [{"name": "c", "load": load(2, "30s")}],
+                    target={"shared_memory": "system"})
+    proc = subprocess.Popen([sys.executable, "-m", "loadkit", "run",
+                             str(write(tmp_path / "s.yaml", yaml)), "--target",
+                             triton.grpc_address, "--out", str(tmp_path / "r"), "--quiet"],
+                            cwd=ROOT, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        wait_for(lambda: [n for n in control.system_shm_regions()
+                          if n.startswith(f"loadkit-{proc.pid}-")], 60, "regions registered")
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-2000:]
+    assert _leftovers(control, {proc.pid}) == ([], [])
