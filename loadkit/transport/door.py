@@ -11,7 +11,8 @@ control/ (docs/architecture.md, docs/doors.md).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -113,3 +114,24 @@ class Door(Protocol):
     def uncork(self, token: Any) -> None: ...
 
     def close(self) -> None: ...
+
+
+def live(ticket: Ticket, seq: int) -> bool:
+    """The ticket still carries request `seq` (not ended by a deadline meanwhile)."""
+    return ticket.seq == seq and bool(ticket.sent_ns)
+
+
+async def connect_for(ticket: Ticket, seq: int, connect: Callable[[], Awaitable[Any]]) -> Any:
+    """The connection `connect()` gives; None when it failed (the ticket's request, if still
+    live, ends with why), as every door's first send on a new connection needs."""
+    assert ticket.reply is not None
+    try:
+        return await connect()
+    except InferError as exc:
+        if live(ticket, seq):
+            ticket.reply(None, exc)
+        return None
+    except asyncio.CancelledError:
+        if live(ticket, seq):
+            ticket.reply(None, InferError("CANCELLED", "loadkit stopped"))
+        raise

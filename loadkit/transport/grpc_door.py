@@ -18,7 +18,7 @@ from tritonclient.grpc import service_pb2
 from loadkit.scenario import RequestTemplate, TargetSpec
 from loadkit.transport.call import InferError, StreamsFull, frame
 from loadkit.transport.connection import Connection
-from loadkit.transport.door import Outputs, Refs, Tensors, Ticket
+from loadkit.transport.door import Outputs, Refs, Tensors, Ticket, connect_for, live
 from loadkit.transport.wire import Wire
 
 MODEL_INFER = b"/inference.GRPCInferenceService/ModelInfer"
@@ -125,18 +125,8 @@ class GrpcDoor:
             self._put(ticket, conn, payload)
 
     async def _connect_and_put(self, ticket: Ticket, seq: int, payload: bytes) -> None:
-        assert ticket.reply is not None
-        try:
-            conn = await self.wire.connection()
-        except InferError as exc:
-            if ticket.seq == seq and ticket.sent_ns:
-                ticket.reply(None, exc)
-            return
-        except asyncio.CancelledError:
-            if ticket.seq == seq and ticket.sent_ns:
-                ticket.reply(None, InferError("CANCELLED", "loadkit stopped"))
-            raise
-        if ticket.seq == seq and ticket.sent_ns:  # not abandoned while connecting
+        conn = await connect_for(ticket, seq, self.wire.connection)
+        if conn is not None and live(ticket, seq):  # not abandoned while connecting
             self._put(ticket, conn, payload)
 
     def _put(self, ticket: Ticket, conn: Connection, payload: bytes) -> None:

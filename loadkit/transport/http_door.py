@@ -24,7 +24,7 @@ import numpy as np
 from loadkit.errors import TargetError
 from loadkit.scenario import DTYPES, RequestTemplate, TargetSpec
 from loadkit.transport.call import InferError
-from loadkit.transport.door import Outputs, Refs, Tensors, Ticket
+from loadkit.transport.door import Outputs, Refs, Tensors, Ticket, connect_for, live
 from loadkit.transport.http_conn import END, ERROR_BODY, HttpConn
 
 BACKOFF_S = (1.0, 120.0)  # as the gRPC door's: first wait after a failed connect, the most
@@ -175,18 +175,10 @@ class HttpDoor:
             self.loop.create_task(self._connect_and_put(ticket, ticket.seq, payload))
 
     async def _connect_and_put(self, ticket: Ticket, seq: int, payload: bytes) -> None:
-        assert ticket.reply is not None
-        try:
-            conn = await self._connect()
-        except InferError as exc:
-            if ticket.seq == seq and ticket.sent_ns:
-                ticket.reply(None, exc)
+        conn = await connect_for(ticket, seq, self._connect)
+        if conn is None:
             return
-        except asyncio.CancelledError:
-            if ticket.seq == seq and ticket.sent_ns:
-                ticket.reply(None, InferError("CANCELLED", "loadkit stopped"))
-            raise
-        if ticket.seq == seq and ticket.sent_ns:
+        if live(ticket, seq):
             ticket.conn = conn
             ticket.call = conn if ticket.decoupled else None
             conn.send(payload, ticket.reply)
