@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN     = $(VENV)/bin
 STAMP   = $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lint bench bench-doors bench-scaling soak clean models browser prometheus
+.PHONY: setup demo test test-fast lint bench bench-doors bench-scaling soak clean models browser prometheus socat
 
 setup: $(STAMP)
 
@@ -42,7 +42,13 @@ prometheus:
 # busy (docs/architecture.md, Tests). TEST_JOBS=0 runs it serially in one process.
 TEST_JOBS ?= 2
 PYTEST_JOBS = $(if $(filter 0,$(TEST_JOBS)),,-n $(TEST_JOBS) --dist loadgroup)
-test: setup lint browser prometheus
+# socat (Debian's, OpenSSL inside): the TLS end in front of Triton's HTTP port for the https test
+socat:
+	@command -v socat >/dev/null || { test "$$(id -u)" = 0 && apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq socat >/dev/null; } || \
+	  echo "loadkit: could not install socat (needs root and apt); the https test will skip"
+
+test: setup lint browser prometheus socat
 	$(BIN)/python -m pytest -q -p no:cacheprovider $(PYTEST_JOBS) --durations=15
 
 # Pure units only (marker `fast`: no server, no child process), in seconds.

@@ -34,12 +34,16 @@ class HttpControl(ServerControl):
         self.session = requests.Session()
         self.session.headers.update(dict(target.headers))
         self.session.headers["User-Agent"] = "loadkit"
+        # given with every request: requests lets REQUESTS_CA_BUNDLE / CURL_CA_BUNDLE override
+        # a session's own `verify`, which would drop target.tls.root_certs without a word
+        self.verify: bool | str = True
+        self.cert: tuple[str, str] | None = None
         if self.base.startswith("https://") and target.tls is not None:
             tls = target.tls
             if tls.root_certs:
-                self.session.verify = str(tls.root_certs)
+                self.verify = str(tls.root_certs)
             if tls.client_cert and tls.client_key:
-                self.session.cert = (str(tls.client_cert), str(tls.client_key))
+                self.cert = (str(tls.client_cert), str(tls.client_key))
 
     def close(self) -> None:
         self.session.close()
@@ -48,7 +52,8 @@ class HttpControl(ServerControl):
                  body: dict[str, Any] | None = None) -> Any:
         try:
             resp = self.session.request(method, self.base + path, timeout=timeout_s,
-                                        data=None if body is None else json.dumps(body))
+                                        data=None if body is None else json.dumps(body),
+                                        verify=self.verify, cert=self.cert)
         except requests.exceptions.SSLError as exc:
             raise ControlError(f"TLS handshake failed: {exc}", "UNAVAILABLE") from None
         except requests.exceptions.Timeout:
