@@ -244,15 +244,29 @@ def _answer(data: dict) -> float:
     return float(phase["max_rate"])
 
 
-def test_capacity_search_is_stable_and_its_answer_holds_as_a_fixed_rate(triton, tmp_path):
-    answers = [_answer(_search(triton, tmp_path, name)) for name in ("a", "b")]
-    if max(answers) / min(answers) > 1.2:
-        # This test VM's own speed drifts by up to ~30% over minutes (CPU steal): one more
-        # search, which must agree with one of the two within 20%.
-        answers.append(_answer(_search(triton, tmp_path, "c")))
+def _agreeing(answers: list[float]) -> list[tuple[float, float]]:
     pairs = [(x, y) for i, x in enumerate(answers) for y in answers[i + 1:]]
-    agreeing = [p for p in pairs if max(p) / min(p) <= 1.2]
-    assert agreeing, answers  # two searches agree within 20%
+    return [p for p in pairs if max(p) / min(p) <= 1.2]
+
+
+def test_capacity_search_is_stable_and_its_answer_holds_as_a_fixed_rate(triton, tmp_path):
+    # This test VM's own speed drifts by up to ~30% over minutes (CPU steal, the other test
+    # worker): searches go on, at most four, until two agree within 20%. A search that saw the
+    # edge move under it says so ("approximate", "stopped before confirming: unstable", as it
+    # did once in CI beside a busy worker) and does not count; any other outcome fails.
+    answers: list[float] = []
+    drifted: list[str] = []
+    for name in ("a", "b", "c", "d"):
+        data = _search(triton, tmp_path, name)
+        (phase,) = data["capacity"]["phases"]
+        if phase["status"] == "approximate" and "unstable" in phase.get("reason", ""):
+            drifted.append(phase["reason"])
+            continue
+        answers.append(_answer(data))
+        if _agreeing(answers):
+            break
+    agreeing = _agreeing(answers)
+    assert agreeing, (answers, drifted)  # two searches agree within 20%
     lo = min(agreeing[-1])
     # The reported max rate, run again as an ordinary fixed-rate phase 10% below it, holds the
     # SLO: the answer is the edge, where p99 is steepest, and this VM's service time drifts ~10%
